@@ -1,0 +1,135 @@
+"""The GPU and model catalogs in ``configs/`` (one YAML file per item).
+
+Nothing is loaded at import time: the CLI reads only what a command asks for.
+Users may give a path to a YAML file of their own instead of a catalog name.
+"""
+
+from functools import lru_cache
+from pathlib import Path
+
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.hardware import GPU
+from autoconfig.model import ModelSpec
+from autoconfig.paths import configs_dir
+from autoconfig.units import parse_count
+from autoconfig.yamlio import load_yaml, require_source, sourced_number
+
+_GPU_NUMBERS = ("peak_bf16_tflops", "hbm_capacity_gb", "hbm_bandwidth_gb_per_s",
+                "nvlink_bandwidth_gb_per_s", "gpus_per_node", "nvlink_domain_gpus",
+                "internode_bandwidth_gb_per_s")
+_MODEL_INTS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
+               "ffn_hidden_size", "vocab_size", "seq_len")
+
+
+def gpu_from_yaml(path: Path) -> GPU:
+    """Parse and validate one GPU file; every number needs its source."""
+    data = load_yaml(path)
+    name = data.get("name") or path.stem
+    numbers = {key: sourced_number(data, key, path) for key in _GPU_NUMBERS}
+    fp8 = sourced_number(data, "peak_fp8_tflops", path, optional=True)
+    for key, value in numbers.items():
+        if value <= 0:
+            raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
+    return GPU(
+        name=str(name), display_name=str(data.get("display_name", name)),
+        peak_bf16_tflops=float(numbers["peak_bf16_tflops"]), peak_fp8_tflops=fp8,
+        hbm_capacity_gb=float(numbers["hbm_capacity_gb"]),
+        hbm_bandwidth_gb_per_s=float(numbers["hbm_bandwidth_gb_per_s"]),
+        nvlink_bandwidth_gb_per_s=float(numbers["nvlink_bandwidth_gb_per_s"]),
+        gpus_per_node=int(numbers["gpus_per_node"]),
+        nvlink_domain_gpus=int(numbers["nvlink_domain_gpus"]),
+        internode_bandwidth_gb_per_s=float(numbers["internode_bandwidth_gb_per_s"]),
+        aliases=tuple(str(a) for a in data.get("aliases", ())))
+
+
+def model_from_yaml(path: Path) -> ModelSpec:
+    """Parse and validate one model file; its ``source:`` covers the shape."""
+    data = load_yaml(path)
+    require_source(data, path)
+    missing = [key for key in _MODEL_INTS if key not in data and key != "num_kv_heads"]
+    if missing:
+        raise CatalogError(f"{path}: missing field(s) {', '.join(missing)}")
+    return model_from_mapping(data, default_name=path.stem, where=str(path))
+
+
+def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
+    """Build a ModelSpec from a plain mapping (a catalog file or inline flags)."""
+    values = {}
+    for key in _MODEL_INTS:
+        raw = data.get(key, data.get("num_heads") if key == "num_kv_heads" else None)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise CatalogError(f"{where}: field {key!r} must be an integer, got {raw!r}")
+        values[key] = raw
+    return ModelSpec(
+        name=str(data.get("name", default_name)), **values,
+        mlp_kind=str(data.get("mlp_kind", "gelu")),
+        norm_kind=str(data.get("norm_kind", "layernorm")),
+        position_embedding=str(data.get("position_embedding", "learned")),
+        tied_embeddings=bool(data.get("tied_embeddings", True)),
+        has_bias=bool(data.get("has_bias", True)),
+        family=str(data.get("family", "")), size_label=str(data.get("size", "")))
+
+
+@lru_cache(maxsize=None)
+def all_gpus() -> tuple[GPU, ...]:
+    return tuple(gpu_from_yaml(p) for p in sorted((configs_dir() / "gpus").glob("*.yaml")))
+
+
+@lru_cache(maxsize=None)
+def all_models() -> tuple[ModelSpec, ...]:
+    return tuple(model_from_yaml(p) for p in sorted((configs_dir() / "models").glob("*.yaml")))
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith((".yaml", ".yml")) or "/" in text
+
+
+def get_gpu(name: str) -> GPU:
+    """A catalog GPU by name or alias, or a user's YAML file by path."""
+    if _looks_like_path(name):
+        return gpu_from_yaml(Path(name))
+    key = name.strip().lower()
+    for gpu in all_gpus():
+        if key == gpu.name or key in gpu.aliases:
+            return gpu
+    allowed = ", ".join(g.name for g in all_gpus())
+    raise InputError(f"unknown GPU {name!r}: allowed are {allowed}, or a path to a GPU YAML file")
+
+
+def get_model(name: str, size: str | None = None) -> ModelSpec:
+    """A catalog model by family and size (``gpt3``, ``175b``), by full name
+    (``llama3-8b``), or a user's YAML file by path."""
+    if _looks_like_path(name):
+        return model_from_yaml(Path(name))
+    key = name.strip().lower()
+    models = all_models()
+    if size is not None:
+        wanted = _normalise_size(size)
+        family = [m for m in models if m.family == key]
+        if not family:
+            raise InputError(f"unknown model {name!r}: allowed are {', '.join(families())}, "
+                             "or a path to a model YAML file")
+        for model in family:
+            if _normalise_size(model.size_label) == wanted:
+                return model
+        sizes = ", ".join(m.size_label for m in family)
+        raise InputError(f"unknown size {size!r} for model {name!r}: allowed are {sizes}")
+    for model in models:
+        if key == model.name:
+            return model
+    family = [m for m in models if m.family == key]
+    if len(family) == 1:
+        return family[0]
+    if family:
+        sizes = ", ".join(m.size_label for m in family)
+        raise InputError(f"model {name!r} needs --size: allowed are {sizes}")
+    allowed = ", ".join(sorted({m.name for m in models}))
+    raise InputError(f"unknown model {name!r}: allowed are {allowed}, or a path to a model YAML file")
+
+
+def families() -> tuple[str, ...]:
+    return tuple(sorted({m.family for m in all_models() if m.family}))
+
+
+def _normalise_size(size: str) -> float:
+    return round(parse_count(size, what="size"), -3)

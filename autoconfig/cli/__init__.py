@@ -1,0 +1,62 @@
+"""The ``autoconfig`` command line: thin click commands over the library.
+
+Each command lives in its own module; library errors become one-line messages
+here and nowhere else.
+"""
+
+import sys
+
+import click
+
+from autoconfig import __version__
+from autoconfig.errors import AutoconfigError
+
+EXIT_BAD_INPUT = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="autoconfig")
+def cli() -> None:
+    """Find the model size, hyper-parameters and parallel layout that train
+    fastest on your cluster: predicted in seconds, then proven by profiling."""
+
+
+def _register() -> None:
+    # Imported here so each command module stays independent and light.
+    from autoconfig.cli import catalog_cmd
+    cli.add_command(catalog_cmd.catalog)
+    for module_name, attr in (("base_cmd", "base"), ("search_cmd", "search"),
+                              ("estimate_cmd", "estimate"), ("validate_cmd", "validate"),
+                              ("report_cmd", "report")):
+        try:
+            module = __import__(f"autoconfig.cli.{module_name}", fromlist=[attr])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"autoconfig.cli.{module_name}":
+                raise
+            continue
+        cli.add_command(getattr(module, attr))
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one-line errors with exit status 2, never a traceback."""
+    try:
+        code = cli.main(args=argv, prog_name="autoconfig", standalone_mode=False)
+    except AutoconfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(EXIT_BAD_INPUT)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Abort:
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

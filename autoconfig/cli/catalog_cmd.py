@@ -1,0 +1,27 @@
+"""``autoconfig catalog gpus|models``: list the built-in catalogs."""
+
+import click
+from tabulate import tabulate
+
+from autoconfig import catalog as cat
+from autoconfig.model import total_params
+from autoconfig.units import format_count
+
+
+@click.command()
+@click.argument("kind", type=click.Choice(["gpus", "models"]))
+def catalog(kind: str) -> None:
+    """List the GPUs or models autoconfig knows (configs/)."""
+    if kind == "gpus":
+        rows = [(g.name, ", ".join(g.aliases), g.peak_bf16_tflops, g.peak_fp8_tflops or "-",
+                 g.hbm_capacity_gb, g.hbm_bandwidth_gb_per_s, g.nvlink_bandwidth_gb_per_s,
+                 g.gpus_per_node, g.internode_bandwidth_gb_per_s) for g in cat.all_gpus()]
+        headers = ("gpu", "aliases", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM GB/s",
+                   "NVLink GB/s", "GPUs/node", "IB GB/s/GPU")
+    else:
+        rows = [(m.name, m.family, m.size_label, format_count(total_params(m)), m.num_layers,
+                 m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.vocab_size,
+                 m.seq_len, m.mlp_kind) for m in cat.all_models()]
+        headers = ("model", "family", "size", "params", "layers", "hidden", "heads",
+                   "kv heads", "ffn", "vocab", "seq", "mlp")
+    click.echo(tabulate(rows, headers=headers))

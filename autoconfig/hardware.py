@@ -1,0 +1,86 @@
+"""Hardware types: one GPU model and the cluster built from it."""
+
+from dataclasses import dataclass
+
+from autoconfig.errors import InputError
+
+
+@dataclass(frozen=True)
+class GPU:
+    """Per-GPU figures of one accelerator in its usual DGX/HGX node.
+
+    Bandwidths are per GPU and per direction, in decimal GB/s, as datasheets
+    give them (NVLink datasheet totals are bidirectional: we store half).
+    """
+
+    name: str
+    """Catalog key, e.g. ``h100-80gb``."""
+    display_name: str
+    peak_bf16_tflops: float
+    """Dense BF16/FP16 tensor-core peak (no sparsity)."""
+    peak_fp8_tflops: float | None
+    """Dense FP8 peak, ``None`` where the GPU has no FP8 tensor cores."""
+    hbm_capacity_gb: float
+    """HBM capacity in decimal GB, as the datasheet states it."""
+    hbm_bandwidth_gb_per_s: float
+    nvlink_bandwidth_gb_per_s: float
+    """NVLink bandwidth per GPU, one direction."""
+    gpus_per_node: int
+    """GPUs in the usual node (DGX/HGX baseboard or GB200 compute tray)."""
+    nvlink_domain_gpus: int
+    """GPUs reachable over NVLink without the scale-out network (72 on NVL72)."""
+    internode_bandwidth_gb_per_s: float
+    """Scale-out (InfiniBand) bandwidth per GPU, one direction."""
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def hbm_capacity_bytes(self) -> float:
+        return self.hbm_capacity_gb * 1e9
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for ``bf16`` or ``fp8``; fp8 on a GPU without it is an error."""
+        if precision == "bf16":
+            return self.peak_bf16_tflops
+        if precision == "fp8":
+            if self.peak_fp8_tflops is None:
+                raise InputError(f"precision 'fp8' is not available on {self.name}: use bf16")
+            return self.peak_fp8_tflops
+        raise InputError(f"unknown precision {precision!r}: allowed are bf16, fp8")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A homogeneous cluster: ``nodes`` nodes of ``gpus_per_node`` GPUs each."""
+
+    gpu: GPU
+    nodes: int
+    gpus_per_node: int
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise InputError(f"invalid number of nodes {self.nodes}: must be at least 1")
+        if self.gpus_per_node < 1:
+            raise InputError(
+                f"invalid GPUs per node {self.gpus_per_node}: must be at least 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs one NVLink domain spans here (never more than the cluster)."""
+        return min(max(self.gpus_per_node, self.gpu.nvlink_domain_gpus), self.num_gpus)
+
+
+def cluster_from_gpus(gpu: GPU, num_gpus: int, gpus_per_node: int) -> Cluster:
+    """Build a cluster from a GPU count that must be a whole number of nodes."""
+    if num_gpus < 1:
+        raise InputError(f"invalid GPU count {num_gpus}: must be at least 1")
+    if num_gpus % gpus_per_node and num_gpus > gpus_per_node:
+        raise InputError(
+            f"invalid GPU count {num_gpus}: must be a whole number of nodes of "
+            f"{gpus_per_node} GPUs (e.g. {gpus_per_node * max(1, num_gpus // gpus_per_node)})")
+    if num_gpus < gpus_per_node:
+        return Cluster(gpu=gpu, nodes=1, gpus_per_node=num_gpus)
+    return Cluster(gpu=gpu, nodes=num_gpus // gpus_per_node, gpus_per_node=gpus_per_node)

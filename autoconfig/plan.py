@@ -1,0 +1,156 @@
+"""Parallel plans: one frozen, hashable ``Plan`` and a columnar ``PlanTable``.
+
+A plan is the key of everything predicted or measured about it; it is never
+encoded in a string and parsed back. The table holds many plans as numpy
+columns so the memory and step-time models evaluate a whole grid at once.
+"""
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from autoconfig.errors import InputError
+
+RECOMPUTE_KINDS = ("none", "selective", "full")
+RECOMPUTE_METHODS = ("uniform", "block")
+PRECISIONS = ("bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one optimizer step processes: batch, sequence and precision."""
+
+    global_batch_size: int
+    """Sequences per optimizer step."""
+    seq_len: int
+    """Tokens per sequence."""
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size < 1:
+            raise InputError(f"invalid global batch size {self.global_batch_size}: must be >= 1")
+        if self.seq_len < 1:
+            raise InputError(f"invalid sequence length {self.seq_len}: must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"invalid precision {self.precision!r}: allowed are "
+                             f"{', '.join(PRECISIONS)}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+
+@dataclass(frozen=True, order=True)
+class Plan:
+    """One parallel layout of a training job (Megatron-LM terms)."""
+
+    tp: int
+    """Tensor-parallel size."""
+    pp: int
+    """Pipeline-parallel size."""
+    dp: int
+    """Data-parallel size (derived: GPUs / (tp * pp * cp))."""
+    cp: int = 1
+    """Context-parallel size."""
+    vp: int = 1
+    """Virtual pipeline stages per rank (interleaved 1F1B when > 1)."""
+    sp: bool = False
+    """Sequence parallelism (only with tp > 1)."""
+    mbs: int = 1
+    """Micro-batch size in sequences."""
+    recompute: str = "none"
+    """Activation recompute: none, selective or full."""
+    recompute_method: str = "uniform"
+    """For full recompute: uniform or block (Megatron --recompute-method)."""
+    recompute_num_layers: int = 0
+    """For full recompute: layers per stage recomputed (block) or per group
+    (uniform); 0 means every layer of the stage."""
+    distributed_optimizer: bool = False
+    """Shard optimizer state and main params across data-parallel ranks."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "vp", "mbs"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise InputError(f"invalid {name} {value!r}: must be a positive integer")
+        if self.recompute not in RECOMPUTE_KINDS:
+            raise InputError(f"invalid recompute {self.recompute!r}: allowed are "
+                             f"{', '.join(RECOMPUTE_KINDS)}")
+        if self.recompute_method not in RECOMPUTE_METHODS:
+            raise InputError(f"invalid recompute method {self.recompute_method!r}: "
+                             f"allowed are {', '.join(RECOMPUTE_METHODS)}")
+        if self.recompute_num_layers < 0:
+            raise InputError(f"invalid recompute layers {self.recompute_num_layers}: must be >= 0")
+        if self.sp and self.tp == 1:
+            raise InputError("sequence parallel needs tp > 1: use --tp 2 or more, or drop --sp")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PLAN_FIELDS = tuple(f.name for f in fields(Plan))
+_INT_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "mbs", "recompute_num_layers")
+_BOOL_COLUMNS = ("sp", "distributed_optimizer")
+_CODE_COLUMNS = {"recompute": RECOMPUTE_KINDS, "recompute_method": RECOMPUTE_METHODS}
+
+
+@dataclass(frozen=True)
+class PlanTable:
+    """Many plans as equal-length numpy columns.
+
+    ``recompute`` and ``recompute_method`` are stored as integer codes into
+    RECOMPUTE_KINDS and RECOMPUTE_METHODS so formulas can use ``np.where``.
+    """
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    vp: np.ndarray
+    sp: np.ndarray
+    mbs: np.ndarray
+    recompute: np.ndarray
+    recompute_method: np.ndarray
+    recompute_num_layers: np.ndarray
+    distributed_optimizer: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    @classmethod
+    def from_plans(cls, plans: "list[Plan] | tuple[Plan, ...]") -> "PlanTable":
+        columns = {}
+        for name in PLAN_FIELDS:
+            values = [getattr(p, name) for p in plans]
+            if name in _CODE_COLUMNS:
+                columns[name] = np.array([_CODE_COLUMNS[name].index(v) for v in values],
+                                         dtype=np.int8)
+            elif name in _BOOL_COLUMNS:
+                columns[name] = np.array(values, dtype=bool)
+            else:
+                columns[name] = np.array(values, dtype=np.int64)
+        return cls(**columns)
+
+    def plan(self, i: int) -> Plan:
+        """The i-th row as a Plan."""
+        kwargs = {}
+        for name in PLAN_FIELDS:
+            value = getattr(self, name)[i]
+            if name in _CODE_COLUMNS:
+                kwargs[name] = _CODE_COLUMNS[name][int(value)]
+            elif name in _BOOL_COLUMNS:
+                kwargs[name] = bool(value)
+            else:
+                kwargs[name] = int(value)
+        return Plan(**kwargs)
+
+    def take(self, index: np.ndarray) -> "PlanTable":
+        """The rows at ``index`` (an integer or boolean array)."""
+        return PlanTable(**{name: getattr(self, name)[index] for name in PLAN_FIELDS})
+
+    def recompute_is(self, kind: str) -> np.ndarray:
+        return self.recompute == RECOMPUTE_KINDS.index(kind)

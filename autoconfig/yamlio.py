@@ -1,0 +1,54 @@
+"""Reading sourced YAML: every number either is ``{value, source}`` or is
+covered by a ``source:`` of the file (or of its section)."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoconfig.errors import CatalogError
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """Load one YAML mapping; a missing or malformed file is a CatalogError."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        raise CatalogError(f"malformed YAML in {path}{line}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise CatalogError(f"malformed catalog file {path}: expected a mapping at top level")
+    return data
+
+
+def sourced_number(data: dict[str, Any], key: str, path: Path, *,
+                   optional: bool = False) -> float | None:
+    """Read ``key: {value: N, source: "..."}``; the source is mandatory."""
+    entry = data.get(key)
+    if entry is None:
+        if optional:
+            return None
+        raise CatalogError(f"{path}: missing field {key!r}")
+    if not isinstance(entry, dict) or "value" not in entry:
+        raise CatalogError(f"{path}: field {key!r} must be a mapping with 'value' and 'source'")
+    if not str(entry.get("source", "")).strip():
+        raise CatalogError(f"{path}: field {key!r} has no source")
+    value = entry["value"]
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CatalogError(f"{path}: field {key!r} value {value!r} is not a number")
+    return value
+
+
+def require_source(data: dict[str, Any], path: Path) -> str:
+    """A file-level ``source:`` that covers every number in the file."""
+    source = str(data.get("source", "")).strip()
+    if not source:
+        raise CatalogError(f"{path}: missing top-level 'source' for its numbers")
+    return source

@@ -1,0 +1,73 @@
+"""Catalog loading: every shipped YAML loads, validates and carries sources."""
+
+from pathlib import Path
+
+import pytest
+
+from autoconfig import catalog
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.paths import configs_dir
+
+
+@pytest.mark.parametrize("path", sorted((configs_dir() / "gpus").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_gpu_file_loads(path: Path) -> None:
+    gpu = catalog.gpu_from_yaml(path)
+    assert gpu.name == path.stem
+    assert gpu.peak_bf16_tflops > 100
+    assert gpu.hbm_capacity_gb >= 40
+
+
+@pytest.mark.parametrize("path", sorted((configs_dir() / "models").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_model_file_loads(path: Path) -> None:
+    model = catalog.model_from_yaml(path)
+    assert model.name == path.stem
+    assert model.hidden_size % model.num_heads == 0
+
+
+def test_required_gpus_and_aliases() -> None:
+    names = {g.name for g in catalog.all_gpus()}
+    assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "gb200"} <= names
+    assert catalog.get_gpu("h100").name == "h100-80gb"
+    assert catalog.get_gpu("H100").name == "h100-80gb"
+    assert catalog.get_gpu("a100-80gb").peak_fp8_tflops is None
+
+
+def test_model_lookup_by_family_and_size() -> None:
+    assert catalog.get_model("gpt3", "175b").num_layers == 96
+    assert catalog.get_model("gpt3", "175B").hidden_size == 12288
+    assert catalog.get_model("llama3-8b").num_kv_heads == 8
+    assert catalog.get_model("llama3", "405b").num_layers == 126
+
+
+def test_unknown_names_are_input_errors() -> None:
+    with pytest.raises(InputError, match="unknown GPU 'v100'"):
+        catalog.get_gpu("v100")
+    with pytest.raises(InputError, match="unknown model 'gpt5'"):
+        catalog.get_model("gpt5", "1b")
+    with pytest.raises(InputError, match="invalid size '17x'"):
+        catalog.get_model("gpt3", "17x")
+    with pytest.raises(InputError, match="unknown size '17b'.*allowed are"):
+        catalog.get_model("gpt3", "17b")
+
+
+def test_number_without_source_is_rejected(tmp_path: Path) -> None:
+    src = (configs_dir() / "gpus" / "h100-80gb.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(src.replace('peak_bf16_tflops: {value: 989, source:', 'peak_bf16_tflops: {value: 989, note:'))
+    with pytest.raises(CatalogError, match="'peak_bf16_tflops' has no source"):
+        catalog.gpu_from_yaml(bad)
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: x\nnum_layers: [1, 2\n")
+    with pytest.raises(CatalogError, match=r"malformed YAML in .*broken.yaml line"):
+        catalog.model_from_yaml(bad)
+
+
+def test_user_model_file(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nsource: my own design\nnum_layers: 8\nhidden_size: 512\n"
+                    "num_heads: 8\nffn_hidden_size: 2048\nvocab_size: 32000\nseq_len: 1024\n")
+    model = catalog.get_model(str(path))
+    assert (model.name, model.num_kv_heads) == ("mine", 8)
