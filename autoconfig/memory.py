@@ -1,0 +1,266 @@
+"""Per-GPU memory of a training plan on its most loaded pipeline stage.
+
+Vectorised over a PlanTable: every formula works on numpy columns, so a
+million plans take a fraction of a second. The numbers (bytes per parameter,
+logits bytes, overhead constants, usable HBM) live in heuristics/memory.yaml
+with their sources; the two overhead constants are fitted by
+benchmarks/fit_memory.py on the measured rows of benchmarks/memory_rows.csv.
+
+Model states (Megatron-LM ``theoretical_memory_usage.py`` and
+``docs/user-guide/features/dist_optimizer.md``): bf16 weights 2 B/param,
+fp32 main grads 4 B/param, fp32 master params + Adam m and v 12 B/param,
+the last sharded over DP x CP with the distributed optimizer: 18 vs
+6 + 12/d bytes per parameter. FP8 (Transformer Engine) keeps the bf16
+weights and casts per GEMM, so it is counted as bf16.
+"""
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from autoconfig.activations import (chunks_in_flight, layer_activation_bytes,
+                                    microbatches_per_step, recompute_chunk_bytes,
+                                    recompute_transient_bytes)
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.hardware import GPU
+from autoconfig.model import ModelSpec, layer_params, norm_params
+from autoconfig.paths import heuristics_dir
+from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.yamlio import load_yaml, sourced_number
+
+_FULL = RECOMPUTE_KINDS.index("full")
+_BLOCK = RECOMPUTE_METHODS.index("block")
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-GPU bytes on the most loaded pipeline stage; each field is a numpy array (one entry per plan)."""
+
+    weights_bytes: np.ndarray
+    """bf16 model weights of the stage (incl. embedding/output where that stage holds them)."""
+    gradients_bytes: np.ndarray
+    """Main grads (fp32 in Megatron DDP) of the stage."""
+    optimizer_bytes: np.ndarray
+    """fp32 master params + Adam m and v, sharded by DP x CP with the distributed optimizer."""
+    activations_bytes: np.ndarray
+    """In-flight activations (Korthikanti et al. 2022 + pipeline schedule)."""
+    logits_bytes: np.ndarray
+    """Output logits / loss buffers on the stage that holds the output layer."""
+    overhead_bytes: np.ndarray
+    """Communication buffers + allocator fragmentation + CUDA context (calibrated)."""
+    total_bytes: np.ndarray
+
+
+@dataclass(frozen=True)
+class StateRecipe:
+    """Bytes per parameter of one mixed-precision recipe."""
+
+    weight_bytes: float
+    grad_bytes: float
+    sharded_bytes: float
+    """fp32 master copy and optimizer moments: what the distributed optimizer shards."""
+
+
+@dataclass(frozen=True)
+class MemoryConstants:
+    """The numbers of heuristics/memory.yaml (each sourced there)."""
+
+    recipes: dict
+    logits_bytes_per_element: float
+    fragmentation_factor: float
+    context_bytes: float
+    datasheet_gb_bytes: float
+    usable_fraction: float
+
+
+@lru_cache(maxsize=None)
+def load_constants(path: Path | None = None) -> MemoryConstants:
+    """Read heuristics/memory.yaml once; every number must carry a source."""
+    path = path or heuristics_dir() / "memory.yaml"
+    data = load_yaml(path)
+    recipes_raw = data.get("bytes_per_param")
+    if not isinstance(recipes_raw, dict) or "bf16" not in recipes_raw:
+        raise CatalogError(f"{path}: 'bytes_per_param' must map recipes (at least bf16) "
+                           "to weights/main_grads/sharded_states")
+    recipes = {name: StateRecipe(*(float(sourced_number(entry, key, path)) for key in
+                                   ("weights", "main_grads", "sharded_states")))
+               for name, entry in recipes_raw.items()}
+    overhead = data.get("overhead", {})
+    return MemoryConstants(
+        recipes=recipes,
+        logits_bytes_per_element=float(sourced_number(data, "logits_bytes_per_element", path)),
+        fragmentation_factor=float(sourced_number(overhead, "fragmentation_factor", path)),
+        context_bytes=float(sourced_number(overhead, "context_gib", path)) * 2**30,
+        datasheet_gb_bytes=float(sourced_number(data, "datasheet_gb_bytes", path)),
+        usable_fraction=float(sourced_number(data, "usable_fraction", path)))
+
+
+def distributed_optimizer_bytes_per_param(recipe: StateRecipe, shards, distributed):
+    """Megatron dist_optimizer.md table: ``w + g + k`` bytes per parameter,
+    or ``w + g + k / d`` when the distributed optimizer shards over d ranks
+    (bf16: 18 vs 6 + 12/d; fp16: 20 vs 4 + 16/d; fp32: 16 vs 8 + 8/d)."""
+    shards = np.where(distributed, shards, 1)
+    return recipe.weight_bytes + recipe.grad_bytes + recipe.sharded_bytes / shards
+
+
+def stage_params(model: ModelSpec, tp, pp, stage: str):
+    """Parameters one GPU of the first or last pipeline stage holds.
+
+    Megatron TP sharding: matmul weights and column-parallel biases split
+    over TP; the two norms and the row-parallel biases (attention output,
+    MLP output) are replicated. Word embeddings are vocab-parallel (V h / t)
+    on the first stage, learned position embeddings replicated there. The
+    last stage holds the final norm and the output layer (V h / t), which
+    Megatron keeps as a copy of the word embeddings when they are tied and
+    pp > 1. With pp = 1 the one stage holds all of it.
+    """
+    h = model.hidden_size
+    replicated = 2 * norm_params(model) + (2 * h if model.has_bias else 0)
+    per_layer = (layer_params(model) - replicated) / tp + replicated
+    params = (model.num_layers / pp) * per_layer
+    word = model.vocab_size * h / tp
+    positions = model.seq_len * h if model.position_embedding == "learned" else 0
+    output = 0.0 if model.tied_embeddings else word
+    single = pp == 1
+    if stage == "first":
+        return params + word + positions + np.where(single, norm_params(model) + output, 0.0)
+    # pp > 1: the output layer (untied) or the tied copy, both V h / t.
+    return params + norm_params(model) + word + np.where(single, positions + output, 0.0)
+
+
+def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
+                      flash_attention: bool) -> dict:
+    """Per-plan arrays shared by the first and last stage (computed once)."""
+    pp, vp = plans.pp, plans.vp
+    args = (model, workload.seq_len, plans.mbs, plans.tp, plans.sp)
+    kw = {"flash_attention": flash_attention, "cp": plans.cp}
+    full_layer = layer_activation_bytes(*args, 0, **kw)
+    stored_input = layer_activation_bytes(*args, _FULL, **kw)
+    # Selective keeps its smaller set; layers that full/block leaves alone keep all.
+    kept_layer = np.where(plans.recompute == RECOMPUTE_KINDS.index("selective"),
+                          layer_activation_bytes(*args, 1, **kw), full_layer)
+    recompute_full = plans.recompute == _FULL
+    block = plans.recompute_method == _BLOCK
+    layers_per_chunk = model.num_layers / (pp * np.where(pp > 1, vp, 1))
+    per_chunk = recompute_chunk_bytes(layers_per_chunk, kept_layer, stored_input,
+                                      recompute_full, block, plans.recompute_num_layers)
+    transient = recompute_transient_bytes(layers_per_chunk, full_layer, recompute_full,
+                                          block, plans.recompute_num_layers)
+    m = microbatches_per_step(workload.global_batch_size, plans.mbs, plans.dp)
+    # Embedding dropout mask (s b h bytes) per in-flight micro-batch on the
+    # first stage, as Megatron's theoretical_memory_usage.py; / t with SP.
+    embedding = (workload.seq_len / plans.cp * plans.mbs * model.hidden_size
+                 / np.where(plans.sp, plans.tp, 1))
+    return {"per_chunk": per_chunk, "transient": transient, "m": m, "embedding": embedding}
+
+
+def _stage_activations(plans: PlanTable, terms: dict, stage: str):
+    """Activation bytes a rank of the first or last stage holds at its peak."""
+    pp = plans.pp
+    rank = 0 if stage == "first" else pp - 1
+    held = chunks_in_flight(pp, plans.vp, terms["m"], rank) * terms["per_chunk"]
+    held = held + terms["transient"]
+    if stage == "first":
+        held = held + chunks_in_flight(pp, 1, terms["m"], 0) * terms["embedding"]
+    return held
+
+
+def _logits_bytes(model: ModelSpec, workload: Workload, plans: PlanTable,
+                  constants: MemoryConstants):
+    """Loss buffers on the stage with the output layer, one micro-batch.
+
+    Korthikanti et al. 2022 Sec. 4.3: the cross entropy keeps fp32 logits,
+    4 s b V / t bytes; megatron-core ``tensor_parallel/cross_entropy.py``
+    (``calculate_logits_max``: ``vocab_parallel_logits.float()``, then
+    ``ctx.save_for_backward(exp_logits, ...)``) makes that fp32 copy while
+    the bf16 logits (2 bytes) are still alive: 6 bytes per logit at the
+    peak. Plus the final-norm and output-layer inputs, 4 s b h (Megatron's
+    theoretical_memory_usage.py ``4 s b h (1 + V/h)`` for p = 1).
+    """
+    tokens = workload.seq_len / plans.cp * plans.mbs
+    return tokens * (constants.logits_bytes_per_element * model.vocab_size / plans.tp
+                     + 4.0 * model.hidden_size)
+
+
+def _recipe(constants: MemoryConstants, recipe: str | None) -> StateRecipe:
+    # FP8 training keeps bf16 weights and fp32 main grads in Megatron-TE.
+    name = recipe or "bf16"
+    if name not in constants.recipes:
+        raise InputError(f"unknown precision recipe {name!r}: allowed are "
+                         f"{', '.join(sorted(constants.recipes))}")
+    return constants.recipes[name]
+
+
+def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stage: str, *,
+                    flash_attention: bool = True, recipe: str | None = None,
+                    constants: MemoryConstants | None = None,
+                    _terms: dict | None = None) -> MemoryBreakdown:
+    """Memory of a rank of the ``first`` or ``last`` pipeline stage.
+
+    Middle stages never exceed the first (same layers, no embedding, fewer
+    micro-batches in flight), so first and last bound every stage.
+    """
+    if stage not in ("first", "last"):
+        raise InputError(f"invalid stage {stage!r}: allowed are first, last")
+    constants = constants or load_constants()
+    states = _recipe(constants, recipe)
+    pp = plans.pp
+    holds_output = pp == 1 if stage == "first" else np.ones(len(plans), dtype=bool)
+    params = stage_params(model, plans.tp, pp, stage)
+    shards = plans.dp * plans.cp
+    sharded = np.where(plans.distributed_optimizer, states.sharded_bytes / shards,
+                       states.sharded_bytes)
+    weights = params * states.weight_bytes
+    grads = params * states.grad_bytes
+    optimizer = params * sharded
+    terms = _terms or _activation_terms(model, workload, plans, flash_attention)
+    activations = _stage_activations(plans, terms, stage)
+    logits = np.where(holds_output, _logits_bytes(model, workload, plans, constants), 0.0)
+    allocated = weights + grads + optimizer + activations + logits
+    overhead = allocated * (constants.fragmentation_factor - 1.0) + constants.context_bytes
+    return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads,
+                           optimizer_bytes=optimizer, activations_bytes=activations,
+                           logits_bytes=logits, overhead_bytes=overhead,
+                           total_bytes=allocated + overhead)
+
+
+def allocated_bytes(breakdown: MemoryBreakdown) -> np.ndarray:
+    """Peak bytes held by tensors (torch ``max_memory_allocated``): the total
+    without the calibrated allocator and context overhead."""
+    return breakdown.total_bytes - breakdown.overhead_bytes
+
+
+def memory_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU, *,
+                     flash_attention: bool = True, recipe: str | None = None) -> MemoryBreakdown:
+    """Per-GPU memory of each plan on its most loaded stage (first or last).
+
+    ``flash_attention`` (default True: Megatron-core with Transformer Engine
+    uses fused/flash attention) drops Korthikanti's 5as^2b/t score term.
+    ``recipe`` picks a row of the bytes-per-parameter table (default bf16,
+    also used for fp8). ``gpu`` is accepted for the interface; capacity is
+    applied by ``fits``.
+    """
+    del gpu  # memory does not depend on the GPU type, only its capacity
+    terms = _activation_terms(model, workload, plans, flash_attention)
+    first = stage_breakdown(model, workload, plans, "first", flash_attention=flash_attention,
+                            recipe=recipe, _terms=terms)
+    last = stage_breakdown(model, workload, plans, "last", flash_attention=flash_attention,
+                           recipe=recipe, _terms=terms)
+    use_last = last.total_bytes > first.total_bytes
+    return MemoryBreakdown(**{name: np.where(use_last, getattr(last, name), getattr(first, name))
+                              for name in MemoryBreakdown.__dataclass_fields__})
+
+
+def usable_bytes(gpu: GPU, constants: MemoryConstants | None = None) -> float:
+    """HBM a training process can fill: the datasheet's "80GB" is 80 GiB
+    (nvidia-smi: 81920 MiB on A100-SXM4-80GB), times the fraction left after
+    the driver's reservation (memory.yaml)."""
+    constants = constants or load_constants()
+    return gpu.hbm_capacity_gb * constants.datasheet_gb_bytes * constants.usable_fraction
+
+
+def fits(breakdown: MemoryBreakdown, gpu: GPU) -> np.ndarray:
+    """Boolean array: total <= usable capacity of the GPU."""
+    return breakdown.total_bytes <= usable_bytes(gpu)
