@@ -1,0 +1,251 @@
+"""The search: enumerate the plan space, prune by memory, rank by step time.
+
+Pure: (model, workload, cluster, narrowing, objective) -> SearchResult. No I/O;
+the CLI renders it and the report module writes it. When nothing fits it
+raises InfeasibleError saying why and what would fit (more nodes, a smaller
+micro-batch, recompute, the distributed optimizer).
+"""
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import pandas as pd
+
+from autoconfig import memory, perf
+from autoconfig.errors import InfeasibleError, InputError
+from autoconfig.hardware import Cluster
+from autoconfig.model import ModelSpec
+from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload
+from autoconfig.space import R_MEMORY, AxisChoices, PlanSpace, divisors, enumerate_plans
+
+OBJECTIVES = ("throughput", "memory")
+GIB = 2.0 ** 30
+
+MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+TIME_FIELDS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_bubble_s",
+               "pp_p2p_s", "dp_comm_s", "optimizer_s")
+MAX_NODE_TRIALS = 40
+"""How many larger node counts the infeasible explanation evaluates at most."""
+MAX_NODE_FACTOR = 64
+"""...and how far beyond the given node count it looks."""
+
+
+@dataclass(frozen=True, eq=False)
+class SearchResult:
+    """The ranked plans that fit, and what was rejected, by reason."""
+
+    model: ModelSpec
+    workload: Workload
+    cluster: Cluster
+    objective: str
+    plans: PlanTable
+    """Plans that fit, best first."""
+    table: pd.DataFrame
+    """One row per plan of ``plans`` (same order): plan columns, predictions,
+    memory (GiB) and step-time breakdowns."""
+    rejected: dict[str, int]
+    considered: int
+
+    @property
+    def feasible(self) -> int:
+        return len(self.plans)
+
+    @property
+    def best(self) -> Plan:
+        return self.plans.plan(0)
+
+    def top_plans(self, n: int) -> tuple[Plan, ...]:
+        """The n best plans as Plan values (for reports and profiling)."""
+        return tuple(self.plans.plan(i) for i in range(min(n, len(self.plans))))
+
+
+def search(model: ModelSpec, workload: Workload, cluster: Cluster,
+           choices: AxisChoices = AxisChoices(), objective: str = "throughput") -> SearchResult:
+    """Enumerate -> memory -> prune (with reasons) -> step time -> rank."""
+    if objective not in OBJECTIVES:
+        raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
+    if workload.precision == "fp8":
+        cluster.gpu.peak_tflops("fp8")  # InputError on GPUs without FP8
+    space = enumerate_plans(model, workload, cluster, choices)
+    if len(space.plans) == 0:
+        raise InfeasibleError(_no_valid_plan_message(workload, cluster, space))
+    mem = memory.memory_breakdown(model, workload, space.plans, cluster.gpu)
+    fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
+    if not fit.any():
+        raise InfeasibleError(_nothing_fits_message(model, workload, cluster, choices, space, mem))
+    rejected = dict(space.rejected)
+    if not fit.all():
+        rejected[R_MEMORY] = int((~fit).sum())
+    plans = space.plans.take(fit)
+    mem = _take(mem, fit)
+    times = perf.step_time(model, workload, plans, cluster)
+    order = _rank(plans, mem, times, objective)
+    plans = plans.take(order)
+    table = _table(plans, workload, _take(mem, order), _take(times, order))
+    return SearchResult(model=model, workload=workload, cluster=cluster, objective=objective,
+                        plans=plans, table=table, rejected=rejected,
+                        considered=space.considered)
+
+
+def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable
+             ) -> tuple[pd.DataFrame, np.ndarray]:
+    """Predictions for given (valid) plans, unranked: the table and fits."""
+    mem = memory.memory_breakdown(model, workload, plans, cluster.gpu)
+    fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
+    times = perf.step_time(model, workload, plans, cluster)
+    return _table(plans, workload, mem, times), fit
+
+
+def _rank(plans: PlanTable, mem, times, objective: str) -> np.ndarray:
+    """Stable order: the objective, then the other metric, then the plan
+    fields (so equal predictions always come out in the same order)."""
+    step = np.round(np.asarray(times.step_time_s, dtype=float), 9)
+    total = np.round(np.asarray(mem.total_bytes, dtype=float) / GIB, 6)
+    keys = [plans.recompute_num_layers, plans.recompute_method, plans.recompute,
+            ~plans.distributed_optimizer, ~plans.sp, plans.mbs, plans.cp, plans.vp,
+            plans.pp, plans.tp]
+    primary = [total, step] if objective == "throughput" else [step, total]
+    # np.lexsort sorts by the last key first.
+    return np.lexsort(keys + primary)
+
+
+def _take(breakdown, index):
+    """The rows at ``index`` of a breakdown dataclass (scalars kept as they are)."""
+    values = {}
+    for f in fields(breakdown):
+        value = np.asarray(getattr(breakdown, f.name))
+        values[f.name] = value[index] if value.ndim else value
+    return replace(breakdown, **values)
+
+
+def _table(plans: PlanTable, workload: Workload, mem, times) -> pd.DataFrame:
+    """The plan columns, the headline predictions, then the breakdowns."""
+    n = len(plans)
+    micro_batches = workload.global_batch_size // (plans.mbs * plans.dp)
+    data = {
+        "rank": np.arange(1, n + 1),
+        "tp": plans.tp, "pp": plans.pp, "vp": plans.vp, "cp": plans.cp, "dp": plans.dp,
+        "sp": plans.sp, "mbs": plans.mbs, "micro_batches": micro_batches,
+        "recompute": np.array(RECOMPUTE_KINDS, dtype=object)[plans.recompute],
+        "recompute_method": np.where(plans.recompute == RECOMPUTE_KINDS.index("full"),
+                                     np.array(RECOMPUTE_METHODS, dtype=object)[
+                                         plans.recompute_method], ""),
+        "recompute_num_layers": plans.recompute_num_layers,
+        "distributed_optimizer": plans.distributed_optimizer,
+        "step_time_s": times.step_time_s,
+        "tokens_per_s_per_gpu": times.tokens_per_s_per_gpu,
+        "tflops_per_gpu": times.model_tflops_per_gpu,
+        "mfu": times.mfu,
+        "memory_gib": np.asarray(mem.total_bytes, dtype=float) / GIB,
+    }
+    for name in MEMORY_FIELDS:
+        data[f"{name}_gib"] = np.asarray(getattr(mem, f"{name}_bytes"), dtype=float) / GIB
+    for name in TIME_FIELDS:
+        data[name] = getattr(times, name)
+    return pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in data.items()})
+
+
+def _no_valid_plan_message(workload: Workload, cluster: Cluster, space: PlanSpace) -> str:
+    reasons = ", ".join(f"{r}: {c}" for r, c in space.rejected.items())
+    hint = ""
+    if any("gbs" in r for r in space.rejected):
+        hint = (f"; try a global batch size that splits over the data-parallel ranks "
+                f"(e.g. a multiple of {cluster.num_gpus})")
+    return (f"no valid plan for gbs {workload.global_batch_size}, seq {workload.seq_len} on "
+            f"{cluster.num_gpus} GPUs: all {space.considered} candidates rejected "
+            f"({reasons}){hint}")
+
+
+def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster,
+                          choices: AxisChoices, space: PlanSpace, mem) -> str:
+    """Why nothing fits (the leanest plan and its size) and what would."""
+    total = np.asarray(mem.total_bytes, dtype=float)
+    lean = int(np.argmin(total))
+    plan = space.plans.plan(lean)
+    usable = getattr(memory, "usable_bytes", None)
+    capacity = (float(usable(cluster.gpu)) if usable else cluster.gpu.hbm_capacity_bytes) / GIB
+    what = (f"no plan fits in the {capacity:.1f} GiB usable on each {cluster.gpu.name}: the "
+            f"leanest of "
+            f"{len(space.plans)} valid plans needs {total[lean] / GIB:.1f} GiB "
+            f"({short_plan(plan)})")
+    fixes = _relaxations(model, workload, cluster, choices)
+    nodes = _nodes_that_fit(model, workload, cluster, choices)
+    if nodes is not None:
+        fixes.append(f"--nodes {nodes} ({nodes * cluster.gpus_per_node} GPUs)")
+    if not fixes:
+        return what + "; no narrowing or node count up to the limit fits: try a smaller model"
+    return what + "; would fit: " + ", or ".join(fixes)
+
+
+def _leanest(model, workload, cluster, choices) -> Plan | None:
+    """The plan with the least memory that fits, or None."""
+    try:
+        space = enumerate_plans(model, workload, cluster, choices)
+    except InputError:
+        return None
+    if len(space.plans) == 0:
+        return None
+    mem = memory.memory_breakdown(model, workload, space.plans, cluster.gpu)
+    fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
+    if not fit.any():
+        return None
+    total = np.where(fit, np.asarray(mem.total_bytes, dtype=float), np.inf)
+    return space.plans.plan(int(np.argmin(total)))
+
+
+def _relaxations(model, workload, cluster, choices: AxisChoices) -> list[str]:
+    """Each narrowed axis, freed alone: which flag value would make a plan fit."""
+    fixes = []
+    relax = {"mbs": ("--mbs", lambda p: str(p.mbs)),
+             "recompute": ("--recompute", lambda p: p.recompute),
+             "distributed_optimizer": ("--distributed-optimizer",
+                                       lambda p: "on" if p.distributed_optimizer else "off"),
+             "tp": ("--tp", lambda p: str(p.tp)), "pp": ("--pp", lambda p: str(p.pp)),
+             "vp": ("--vp", lambda p: str(p.vp)), "cp": ("--cp", lambda p: str(p.cp)),
+             "sp": ("--sp", lambda p: "on" if p.sp else "off")}
+    for name, (flag, value) in relax.items():
+        current = getattr(choices, name)
+        if current is None or current == "auto":
+            continue
+        freed = replace(choices, **{name: "auto" if isinstance(current, str) else None})
+        plan = _leanest(model, workload, cluster, freed)
+        if plan is not None:
+            fixes.append(f"{flag} {value(plan)}")
+    return fixes
+
+
+def _nodes_that_fit(model, workload, cluster: Cluster, choices: AxisChoices) -> int | None:
+    """The smallest larger node count with a plan that fits (None if none of
+    the first MAX_NODE_TRIALS counts whose GPUs can split the batch does, up
+    to MAX_NODE_FACTOR times the nodes given)."""
+    gbs = workload.global_batch_size
+    sizes = sorted({t * p * c for t in divisors(model.num_heads)
+                    for p in divisors(model.num_layers) for c in (choices.cp or (1,))})
+    trials = 0
+    for nodes in range(cluster.nodes + 1, cluster.nodes * MAX_NODE_FACTOR + 1):
+        gpus = nodes * cluster.gpus_per_node
+        # Cheap filter: some dp = gpus / (tp pp cp) must divide the batch.
+        if not any(mp <= gpus and gpus % mp == 0 and gbs % (gpus // mp) == 0 for mp in sizes):
+            continue
+        trials += 1
+        if _leanest(model, workload, replace(cluster, nodes=nodes), choices) is not None:
+            return nodes
+        if trials >= MAX_NODE_TRIALS:
+            break
+    return None
+
+
+def short_plan(plan: Plan) -> str:
+    """One-line plan description for messages and tables."""
+    text = (f"tp {plan.tp}, pp {plan.pp}, vp {plan.vp}, cp {plan.cp}, dp {plan.dp}, "
+            f"sp {'on' if plan.sp else 'off'}, mbs {plan.mbs}, "
+            f"recompute {recompute_label(plan)}, "
+            f"dist-opt {'on' if plan.distributed_optimizer else 'off'}")
+    return text
+
+
+def recompute_label(plan: Plan) -> str:
+    """'none', 'selective' or 'full/uniform/1'."""
+    if plan.recompute != "full":
+        return plan.recompute
+    return f"full/{plan.recompute_method}/{plan.recompute_num_layers}"

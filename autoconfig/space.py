@@ -1,0 +1,365 @@
+"""The plan space: every valid parallel layout of one model on one cluster.
+
+Each axis has a small generator that yields only values valid for the model
+on its own (calculon's ``get_all_tensor_parallelisms`` style); the cross-axis
+rules are masks over a numpy cartesian product, and each rejected candidate is
+counted under the first rule it breaks. No Plan object is built per candidate.
+
+Axis rules (Megatron-LM ``megatron/training/arguments.py`` and
+``megatron/core/pipeline_parallel/schedules.py``):
+
+- tp divides heads, kv heads and ffn hidden (column/row-parallel splits), and is
+  at most the NVLink domain (GPUs per node) unless the user says otherwise.
+- pp divides the layers. Megatron also allows uneven first/last stages
+  (``--decoder-first-pipeline-num-layers``); that is not modelled.
+- vp (virtual stages per rank) divides layers/pp, needs pp > 1, and the number
+  of micro-batches must be a multiple of pp ("number of microbatches is not
+  divisible by pipeline-parallel size when using interleaved schedule").
+  Recent Megatron overlaps the interleaved p2p by default, so pp = 2 is allowed.
+- cp: ``seq_len % (2 cp) == 0`` (each rank holds two balanced chunks). Tried
+  automatically only for seq_len >= 4096 and seq/cp >= 1024; CP on short
+  sequences only shrinks the GEMMs. Megatron does not force SP on with CP.
+- dp = GPUs / (tp pp cp) must be integral; GBS must be divisible by mbs dp.
+- sp only with tp > 1 (Megatron turns it off at tp = 1), and the CP-local
+  sequence must split over tp: ``(seq/cp) % tp == 0``.
+- recompute: none, selective (attention core only), or full with method
+  uniform (groups of n layers, n a divisor of the layers of one model chunk)
+  or block (the first n layers of each chunk, 1 <= n < chunk layers; n equal
+  to the chunk is the same as uniform 1 and is not listed twice). A model chunk
+  is layers/(pp vp): Megatron applies ``--recompute-num-layers`` per chunk.
+- distributed optimizer on/off; on is only listed when dp > 1 (with dp = 1 it
+  shards nothing).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autoconfig.errors import InputError
+from autoconfig.hardware import Cluster
+from autoconfig.model import ModelSpec
+from autoconfig.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
+                             Workload)
+
+SWITCH_MODES = ("auto", "on", "off")
+CP_MIN_AUTO_SEQ_LEN = 4096
+"""Below this sequence length CP is only tried when asked for (--cp)."""
+CP_MIN_TOKENS_PER_RANK = 1024
+"""Automatic CP keeps at least this many tokens of a sequence per CP rank."""
+
+# Rejection reasons, in the order they are tested (a candidate counts once,
+# under the first rule it breaks).
+R_DP = "dp not integral (GPUs not divisible by tp*pp*cp)"
+R_VP_PP = "vp > 1 needs pp > 1"
+R_VP_LAYERS = "layers not divisible by pp*vp"
+R_SP_TP = "sp needs tp > 1"
+R_SP_SEQ = "seq/cp not divisible by tp (sp)"
+R_GBS = "gbs not divisible by mbs*dp"
+R_VP_MB = "vp needs micro-batches multiple of pp"
+R_MEMORY = "exceeds memory"
+REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_MEMORY)
+
+
+@dataclass(frozen=True)
+class AxisChoices:
+    """What the user narrowed; ``None`` (or ``"auto"``) means every valid value."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    mbs: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    """Subset of RECOMPUTE_KINDS."""
+    sp: str = "auto"
+    distributed_optimizer: str = "auto"
+    max_tp: int | None = None
+    """Largest tp tried; default: the NVLink domain (GPUs per node)."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "vp", "cp", "mbs"):
+            values = getattr(self, name)
+            if values is not None and (not values or any(int(v) < 1 for v in values)):
+                raise InputError(f"invalid --{name} {','.join(map(str, values))}: "
+                                 "expected positive integers or 'auto'")
+        if self.recompute is not None:
+            bad = [k for k in self.recompute if k not in RECOMPUTE_KINDS]
+            if bad or not self.recompute:
+                raise InputError(f"invalid --recompute {','.join(self.recompute)}: allowed are "
+                                 f"{', '.join(RECOMPUTE_KINDS)} or auto")
+        for name in ("sp", "distributed_optimizer"):
+            if getattr(self, name) not in SWITCH_MODES:
+                raise InputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: "
+                                 f"allowed are {', '.join(SWITCH_MODES)}")
+        if self.max_tp is not None and self.max_tp < 1:
+            raise InputError(f"invalid --max-tp-per-node {self.max_tp}: must be >= 1")
+
+
+@dataclass(frozen=True, eq=False)
+class PlanSpace:
+    """The valid plans and what was thrown out, by reason."""
+
+    plans: PlanTable
+    rejected: dict[str, int] = field(default_factory=dict)
+    """Candidates rejected per reason (only reasons that fired, in REASONS order)."""
+    considered: int = 0
+    """All candidates of the cartesian product: len(plans) + sum(rejected)."""
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def tp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[int]:
+    """tp must divide heads, kv heads and ffn hidden; at most the NVLink domain."""
+    limit = choices.max_tp
+    if limit is None and choices.tp is None:
+        limit = cluster.nvlink_domain_gpus
+    if choices.tp is None:
+        values = [t for t in divisors(model.num_kv_heads)
+                  if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0]
+    else:
+        values = sorted(set(choices.tp))
+        for t in values:
+            if t > model.num_heads:
+                raise InputError(f"invalid tp {t}: larger than the {model.num_heads} attention "
+                                 f"heads of {model.name}")
+            if model.num_heads % t or model.num_kv_heads % t or model.ffn_hidden_size % t:
+                raise InputError(f"invalid tp {t}: must divide heads {model.num_heads}, kv heads "
+                                 f"{model.num_kv_heads} and ffn hidden {model.ffn_hidden_size}")
+    values = [t for t in values if t <= cluster.num_gpus and (limit is None or t <= limit)]
+    if not values:
+        raise InputError(f"no tensor-parallel size left: --tp {_fmt(choices.tp)} with "
+                         f"max tp {limit} on {cluster.num_gpus} GPUs")
+    return values
+
+
+def pp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[int]:
+    """pp must divide the layers (uneven first/last stages are not modelled)."""
+    if choices.pp is None:
+        return [p for p in divisors(model.num_layers) if p <= cluster.num_gpus]
+    values = sorted(set(choices.pp))
+    for p in values:
+        if model.num_layers % p:
+            raise InputError(f"invalid pp {p}: must divide the {model.num_layers} layers of "
+                             f"{model.name}")
+        if p > cluster.num_gpus:
+            raise InputError(f"invalid pp {p}: larger than the {cluster.num_gpus} GPUs")
+    return values
+
+
+def cp_values(workload: Workload, cluster: Cluster, choices: AxisChoices) -> list[int]:
+    """cp needs seq_len % (2 cp) == 0; automatic only for long sequences."""
+    seq = workload.seq_len
+    if choices.cp is None:
+        if seq < CP_MIN_AUTO_SEQ_LEN:
+            return [1]
+        return [c for c in divisors(seq) if c == 1 or (seq % (2 * c) == 0
+                and seq // c >= CP_MIN_TOKENS_PER_RANK and c <= cluster.num_gpus)]
+    values = sorted(set(choices.cp))
+    for c in values:
+        if c > 1 and seq % (2 * c):
+            raise InputError(f"invalid cp {c}: sequence length {seq} must be a multiple of "
+                             f"2*cp = {2 * c}")
+        if c > cluster.num_gpus:
+            raise InputError(f"invalid cp {c}: larger than the {cluster.num_gpus} GPUs")
+    return values
+
+
+def mbs_values(workload: Workload, choices: AxisChoices) -> list[int]:
+    """Micro-batch sizes: every divisor of the global batch, or the user's."""
+    if choices.mbs is None:
+        return divisors(workload.global_batch_size)
+    return sorted(set(choices.mbs))
+
+
+def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.ndarray:
+    """(pp, vp) pairs: automatic vp lists only divisors of layers/pp (vp > 1
+    only when pp > 1); a user's vp list is crossed with every pp and checked
+    by the masks, so its rejections are counted."""
+    pairs = []
+    for p in pps:
+        if choices.vp is not None:
+            pairs += [(p, v) for v in sorted(set(choices.vp))]
+        elif p == 1:
+            pairs.append((1, 1))
+        else:
+            pairs += [(p, v) for v in divisors(model.num_layers // p)]
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def _switch(mode: str) -> list[bool]:
+    return {"auto": [False, True], "on": [True], "off": [False]}[mode]
+
+
+def _grid(*axes: np.ndarray) -> list[np.ndarray]:
+    """Cartesian product of 1-D arrays as flat columns (first axis slowest)."""
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return [m.ravel() for m in mesh]
+
+
+def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
+                     cols: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """The cross-axis rules, in order, as (reason, broken) boolean arrays.
+
+    ``cols`` holds tp, pp, vp, cp, mbs, sp (bool) columns of equal length.
+    """
+    tp, pp, vp, cp, mbs, sp = (cols[k] for k in ("tp", "pp", "vp", "cp", "mbs", "sp"))
+    model_parallel = tp * pp * cp
+    dp = np.maximum(num_gpus // model_parallel, 1)
+    micro_batches = workload.global_batch_size // np.maximum(mbs * dp, 1)
+    return [
+        (R_DP, (num_gpus % model_parallel != 0) | (model_parallel > num_gpus)),
+        (R_VP_PP, (vp > 1) & (pp == 1)),
+        (R_VP_LAYERS, model.num_layers % (pp * vp) != 0),
+        (R_SP_TP, sp & (tp == 1)),
+        (R_SP_SEQ, sp & ((workload.seq_len // cp) % tp != 0)),
+        (R_GBS, workload.global_batch_size % (mbs * dp) != 0),
+        (R_VP_MB, (vp > 1) & (micro_batches % pp != 0)),
+    ]
+
+
+def recompute_variants(chunk_layers: int, kinds: tuple[str, ...]) -> np.ndarray:
+    """Rows of (kind code, method code, num layers) for one model-chunk size.
+
+    full/uniform lists every divisor n of the chunk (groups of n layers);
+    full/block lists 1 <= n < chunk (block n = chunk equals uniform 1).
+    """
+    rows = []
+    uniform, block = RECOMPUTE_METHODS.index("uniform"), RECOMPUTE_METHODS.index("block")
+    for kind in RECOMPUTE_KINDS:
+        if kind not in kinds:
+            continue
+        code = RECOMPUTE_KINDS.index(kind)
+        if kind != "full":
+            rows.append((code, uniform, 0))
+            continue
+        rows += [(code, uniform, n) for n in divisors(chunk_layers)]
+        rows += [(code, block, n) for n in range(1, chunk_layers)]
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
+                    choices: AxisChoices = AxisChoices()) -> PlanSpace:
+    """Every valid plan, plus the count of candidates rejected per reason.
+
+    The product of tp x (pp, vp) x cp x mbs x sp x distributed optimizer is
+    small (thousands); it is masked first, and only surviving rows are
+    expanded by their recompute variants. Rejected rows count with the number
+    of recompute variants they would have had, so ``considered`` is the size
+    of the whole cartesian product.
+    """
+    num_gpus = cluster.num_gpus
+    kinds = tuple(choices.recompute) if choices.recompute is not None else RECOMPUTE_KINDS
+    tps = np.array(tp_values(model, cluster, choices), dtype=np.int64)
+    pairs = pp_vp_pairs(model, pp_values(model, cluster, choices), choices)
+    cps = np.array(cp_values(workload, cluster, choices), dtype=np.int64)
+    mbss = np.array(mbs_values(workload, choices), dtype=np.int64)
+    sps = np.array(_switch(choices.sp))
+    dos = np.array(_switch(choices.distributed_optimizer))
+
+    t, pair, c, m, s, d = _grid(tps, np.arange(len(pairs)), cps, mbss, sps, dos)
+    cols = {"tp": t, "pp": pairs[pair, 0], "vp": pairs[pair, 1], "cp": c, "mbs": m, "sp": s,
+            "distributed_optimizer": d}
+    dp = num_gpus // (cols["tp"] * cols["pp"] * cols["cp"])
+    # Variants that are never generated (not rejections): sp on at tp = 1 and
+    # distributed optimizer on at dp = 1 when the user left them on auto.
+    keep = np.ones(len(t), dtype=bool)
+    if choices.sp == "auto":
+        keep &= ~(cols["sp"] & (cols["tp"] == 1))
+    if choices.distributed_optimizer == "auto":
+        keep &= ~(cols["distributed_optimizer"] & (dp <= 1))
+    cols = {k: v[keep] for k, v in cols.items()}
+
+    chunk = model.num_layers // (cols["pp"] * cols["vp"])
+    whole_chunk = model.num_layers % (cols["pp"] * cols["vp"]) == 0
+    weight = _variant_counts(model.num_layers, kinds)[np.where(whole_chunk, chunk, 0)]
+
+    rejected: dict[str, int] = {}
+    alive = np.ones(len(weight), dtype=bool)
+    for reason, broken in structural_masks(model, workload, num_gpus, cols):
+        hit = alive & broken
+        if hit.any():
+            rejected[reason] = int(weight[hit].sum())
+        alive &= ~broken
+    cols = {k: v[alive] for k, v in cols.items()}
+    considered = int(weight.sum())
+    return PlanSpace(plans=_expand_recompute(model, cols, kinds, num_gpus),
+                     rejected=rejected, considered=considered)
+
+
+def _variant_counts(num_layers: int, kinds: tuple[str, ...]) -> np.ndarray:
+    """Recompute variants per chunk size 0..num_layers (0: chunk not whole,
+    counted once per kind)."""
+    counts = np.zeros(num_layers + 1, dtype=np.int64)
+    counts[0] = len(kinds)
+    for n in range(1, num_layers + 1):
+        counts[n] = len(recompute_variants(n, kinds)) if num_layers % n == 0 else 0
+    return counts
+
+
+def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tuple[str, ...],
+                      num_gpus: int) -> PlanTable:
+    """Cross each surviving row with the recompute variants of its chunk size
+    (one numpy repeat per distinct chunk size, not a loop per plan)."""
+    chunk = model.num_layers // (cols["pp"] * cols["vp"])
+    parts: list[dict[str, np.ndarray]] = []
+    for size in np.unique(chunk):
+        rows = np.flatnonzero(chunk == size)
+        variants = recompute_variants(int(size), kinds)
+        k = len(variants)
+        part = {name: np.repeat(v[rows], k) for name, v in cols.items()}
+        part["recompute"] = np.tile(variants[:, 0], len(rows)).astype(np.int8)
+        part["recompute_method"] = np.tile(variants[:, 1], len(rows)).astype(np.int8)
+        part["recompute_num_layers"] = np.tile(variants[:, 2], len(rows))
+        parts.append(part)
+    names = ("tp", "pp", "vp", "cp", "mbs", "sp", "distributed_optimizer", "recompute",
+             "recompute_method", "recompute_num_layers")
+    if parts:
+        merged = {n: np.concatenate([p[n] for p in parts]) for n in names}
+    else:
+        merged = {n: np.zeros(0, dtype=np.int8 if n.startswith("recompute_m") or n == "recompute"
+                              else bool if n in ("sp", "distributed_optimizer") else np.int64)
+                  for n in names}
+    merged["dp"] = num_gpus // np.maximum(merged["tp"] * merged["pp"] * merged["cp"], 1)
+    return PlanTable(**merged)
+
+
+def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Plan) -> None:
+    """Raise InputError naming the first rule a user's single plan breaks."""
+    choices = AxisChoices(tp=(plan.tp,), pp=(plan.pp,), cp=(plan.cp,), max_tp=plan.tp)
+    tp_values(model, cluster, choices)
+    pp_values(model, cluster, choices)
+    cp_values(workload, cluster, choices)
+    if plan.tp * plan.pp * plan.cp * plan.dp != cluster.num_gpus:
+        raise InputError(f"invalid plan: tp*pp*cp = {plan.tp * plan.pp * plan.cp} does not "
+                         f"divide the {cluster.num_gpus} GPUs into a whole data-parallel size")
+    cols = {k: np.array([getattr(plan, k)]) for k in ("tp", "pp", "vp", "cp", "mbs", "sp")}
+    for reason, broken in structural_masks(model, workload, cluster.num_gpus, cols):
+        if broken[0]:
+            raise InputError(f"invalid plan: {reason} ({_describe(plan, workload)})")
+    if plan.recompute == "full":
+        chunk = model.num_layers // (plan.pp * plan.vp)
+        if plan.recompute_num_layers > chunk:
+            raise InputError(f"invalid recompute layers {plan.recompute_num_layers}: a model "
+                             f"chunk has {chunk} layers (layers/(pp*vp))")
+
+
+def dp_for(num_gpus: int, tp: int, pp: int, cp: int) -> int:
+    """Data-parallel size, or InputError when the GPUs do not split evenly."""
+    model_parallel = tp * pp * cp
+    if model_parallel > num_gpus or num_gpus % model_parallel:
+        raise InputError(f"invalid plan: tp*pp*cp = {tp}*{pp}*{cp} = {model_parallel} does not "
+                         f"divide the {num_gpus} GPUs (dp would not be a whole number)")
+    return num_gpus // model_parallel
+
+
+def _describe(plan: Plan, workload: Workload) -> str:
+    return (f"tp {plan.tp}, pp {plan.pp}, vp {plan.vp}, cp {plan.cp}, dp {plan.dp}, "
+            f"mbs {plan.mbs}, gbs {workload.global_batch_size}, seq {workload.seq_len}")
+
+
+def _fmt(values: tuple[int, ...] | None) -> str:
+    return "auto" if values is None else ",".join(map(str, values))
