@@ -1,0 +1,351 @@
+"""Analytical step time of a Megatron-style training step, vectorised over a PlanTable.
+
+One step = the slowest pipeline stage (the last, unless the split counts the
+output layer as a layer: ``SoftwareFeatures.embedding_as_stage_layer``) running ``m = GBS / (MBS * DP)``
+micro-batches forward and backward (1F1B or interleaved 1F1B), plus the
+pipeline bubble, exposed communication and the optimizer step:
+
+    step = compute + recompute + tp_comm + cp_comm + bubble + p2p + dp_comm + optimizer
+
+Every term is per GPU of the slowest stage (the last one: it holds ``L/pp``
+layers and the output layer). The constants live in ``heuristics/perf.yaml``;
+the software features of the run (flash attention, overlapped gradient
+reduce, gradient reduce dtype) in ``SoftwareFeatures``.
+"""
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from autoconfig.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
+from autoconfig.errors import CatalogError
+from autoconfig.hardware import Cluster, GPU
+from autoconfig.model import (ModelSpec, embedding_params, layer_params,
+                              model_flops_per_token, output_layer_params)
+from autoconfig.paths import heuristics_dir
+from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.yamlio import load_yaml, sourced_number
+
+BF16_BYTES = 2
+_FULL = RECOMPUTE_KINDS.index("full")
+_SELECTIVE = RECOMPUTE_KINDS.index("selective")
+_BLOCK = RECOMPUTE_METHODS.index("block")
+
+
+@dataclass(frozen=True)
+class PerfConstants:
+    """The few constants of the model (see heuristics/perf.yaml for sources)."""
+
+    gemm_efficiency_max: dict = field(default_factory=dict)
+    """Generation -> large-GEMM fraction of the bf16 dense peak."""
+    generations: dict = field(default_factory=dict)
+    """GPU catalog name -> generation."""
+    default_generation: str = "hopper"
+    gemm_size_factor: float = 1.0
+    elementwise_traffic_factor: float = 1.0
+    fp8_gemm_speedup: float = 1.5
+    comm_bandwidth_efficiency: float = 0.8
+    comm_latency_s: float = 1e-5
+    hbm_efficiency: float = 0.8
+    optimizer_bytes_per_param: float = 30.0
+    tp_comm_overlap: float = 0.0
+
+    def efficiency_max(self, gpu: GPU) -> float:
+        generation = self.generations.get(gpu.name, self.default_generation)
+        if generation not in self.gemm_efficiency_max:
+            raise CatalogError(f"heuristics/perf.yaml: no gemm_efficiency_max for generation "
+                               f"{generation!r} (GPU {gpu.name!r})")
+        return self.gemm_efficiency_max[generation]
+
+
+@dataclass(frozen=True)
+class SoftwareFeatures:
+    """What the training software does, where it changes the step time."""
+
+    flash_attention: bool = True
+    """Fused attention (FlashAttention/cuDNN): no s^2 score traffic, causal half skipped."""
+    overlap_grad_reduce: bool = True
+    """Megatron --overlap-grad-reduce / --overlap-param-gather (DP comm hidden behind backward)."""
+    p2p_scatter_gather: bool = True
+    """Pipeline sends split over the TP ranks and all-gathered on arrival (Narayanan et
+    al. 2021, Sec. 4.1 "scatter/gather optimization"), so each rank sends 1/t of s*b*h;
+    with SP the activation is sharded anyway."""
+    embedding_as_stage_layer: bool = False
+    """Pipeline split counts the input embedding and the output layer as one layer
+    each (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding';
+    megatron-core --account-for-embedding/loss-in-pipeline-split), so the last stage
+    holds (L + 2)/pp - 1 transformer layers; off (Megatron default): L/pp."""
+    grad_reduce_bytes: int = 4
+    """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
+    for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
+    megatron/training/arguments.py), so 4; fp16 runs of 2020-21 reduce in fp16, so 2."""
+
+
+@dataclass(frozen=True)
+class StepTimeBreakdown:
+    """Seconds per optimizer step and rates; each field a numpy array (one entry per plan)."""
+
+    compute_s: np.ndarray
+    """Forward + backward GEMM/attention/logits/elementwise work on the slowest stage, all micro-batches."""
+    recompute_s: np.ndarray
+    """Extra forward of activation recomputation."""
+    tp_comm_s: np.ndarray
+    """Exposed tensor-parallel (and SP) communication."""
+    cp_comm_s: np.ndarray
+    """Exposed context-parallel communication."""
+    pp_bubble_s: np.ndarray
+    """Pipeline fill/drain bubble: (pp - 1) / vp micro-batch times."""
+    pp_p2p_s: np.ndarray
+    """Exposed pipeline point-to-point sends."""
+    dp_comm_s: np.ndarray
+    """Exposed data-parallel gradient reduce (+ distributed-optimizer all-gather)."""
+    optimizer_s: np.ndarray
+    """Optimizer step (HBM bound)."""
+    step_time_s: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    model_tflops_per_gpu: np.ndarray
+    """Model FLOPs (no recompute) per second per GPU / 1e12."""
+    mfu: np.ndarray
+    """model_tflops_per_gpu / dense peak of the workload precision (0..1)."""
+
+
+def load_constants(path: Path | None = None) -> PerfConstants:
+    """Read heuristics/perf.yaml (every number must carry its source)."""
+    path = path or heuristics_dir() / "perf.yaml"
+    return _load_constants_cached(str(path))
+
+
+@lru_cache(maxsize=8)
+def _load_constants_cached(path_text: str) -> PerfConstants:
+    path = Path(path_text)
+    data = load_yaml(path)
+    eff = data.get("gemm_efficiency_max")
+    if not isinstance(eff, dict) or not eff:
+        raise CatalogError(f"{path}: missing mapping 'gemm_efficiency_max'")
+    scalars = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup",
+               "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
+               "optimizer_bytes_per_param", "tp_comm_overlap")
+    return PerfConstants(
+        gemm_efficiency_max={k: float(sourced_number(eff, k, path)) for k in eff},
+        generations={str(k): str(v) for k, v in (data.get("generations") or {}).items()},
+        default_generation=str(data.get("default_generation", "hopper")),
+        **{k: float(sourced_number(data, k, path)) for k in scalars})
+
+
+def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_factor):
+    """Time of GEMMs with ``flops`` work and shape M x K by K x N.
+
+    Roofline with additive memory time (Williams et al. 2009): a GEMM moves at
+    least (MK + KN + MN) elements for 2MNK FLOPs, so
+    t = flops / (eff_max * peak) * (1 + f * r * (1/M + 1/N + 1/K)),
+    with r = peak / (2 * HBM elements/s) the ridge point per element and
+    ``f`` a fitted factor for tiling and cache reuse.
+    """
+    penalty = 1.0 + size_factor * ridge_flop_per_elem * (1.0 / m + 1.0 / n + 1.0 / k)
+    return flops / (eff_max * peak_flops) * penalty
+
+
+def _layer_gemms(model: ModelSpec, t):
+    """(flops per token per GPU, N, K) of the four weight GEMMs of one layer.
+
+    QKV (h x (h + 2 kv_h) / t), projection (h/t x h), MLP up (h x u f / t with
+    u = 2 for SwiGLU) and MLP down (f/t x h): Megatron column/row parallel
+    layers (Shoeybi et al. 2019, Sec. 3).
+    """
+    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    up = 2 if model.mlp_kind == "swiglu" else 1
+    return ((2.0 * h * (h + 2 * kv) / t, (h + 2 * kv) / t, h),
+            (2.0 * h * h / t, h, h / t),
+            (2.0 * h * up * f / t, up * f / t, h),
+            (2.0 * f * h / t, h, f / t))
+
+
+def _elementwise_bytes_per_layer(model: ModelSpec, s, b, t, cp, sp, flash: bool):
+    """Activation bytes of one layer's forward per GPU (Korthikanti et al. 2022, eqs. 2-4).
+
+    sbh(10 + 24/t) without SP, sbh(34/t) with SP, plus 5 a s^2 b / t for the
+    attention scores, softmax and dropout unless attention is fused (flash).
+    Non-GEMM kernels read and write about this much, so it sets their time.
+    """
+    h, a = model.hidden_size, model.num_heads
+    tokens = s * b / cp
+    linear = np.where(sp, 34.0 / t, 10.0 + 24.0 / t) * tokens * h
+    scores = 0.0 if flash else 5.0 * a * (s / cp) * s * b / t
+    return linear + scores
+
+
+def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: Cluster,
+              constants: PerfConstants | None = None,
+              software: SoftwareFeatures | None = None) -> StepTimeBreakdown:
+    """Step time and rates of every plan (vectorised; plans assumed valid)."""
+    c = constants or load_constants()
+    sw = software or SoftwareFeatures()
+    gpu = cluster.gpu
+    t, pp, dp, cp, vp = (plans.tp.astype(float), plans.pp.astype(float), plans.dp.astype(float),
+                         plans.cp.astype(float), plans.vp.astype(float))
+    b = plans.mbs.astype(float)
+    tokens = b * workload.seq_len / cp
+    micro = workload.global_batch_size / (b * dp)
+    layers = model.num_layers / pp
+    if sw.embedding_as_stage_layer:
+        layers = np.where(pp > 1, np.maximum((model.num_layers + 2.0) / pp - 1.0, 1.0), layers)
+
+    hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    times = _forward_times(model, workload, plans, gpu, c, sw)
+    layer_fwd, attn, logits_fwd = times["layer"], times["attention"], times["logits"]
+
+    # Recompute: full -> forward of the recomputed layers; selective -> attention core.
+    full_layers = np.where(
+        (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
+        np.minimum(plans.recompute_num_layers * vp, layers), layers)
+    rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
+    rc_mb = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
+                     np.where(plans.recompute == _SELECTIVE,
+                              layers * (attn + times["scores"]), 0.0))
+    compute_mb = 3.0 * (layers * layer_fwd + logits_fwd)
+
+    tp_mb = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
+    cp_mb = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn)
+    per_mb = compute_mb + rc_mb + tp_mb + cp_mb
+
+    split = plans.sp | sw.p2p_scatter_gather
+    p2p_bytes = tokens * model.hidden_size * BF16_BYTES / np.where(split, t, 1.0)
+    pp_bw = np.where(t * cp * dp * pp <= cluster.nvlink_domain_gpus,
+                     gpu.nvlink_bandwidth_gb_per_s, gpu.internode_bandwidth_gb_per_s)
+    p2p_one = p2p_s(p2p_bytes, pp_bw * 1e9 * c.comm_bandwidth_efficiency, c.comm_latency_s)
+    pp_p2p = np.where(pp > 1, micro * vp * 2.0 * p2p_one, 0.0)
+    bubble = (pp - 1.0) / vp * per_mb
+
+    dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
+                       backward_window_s=2.0 * (layers * layer_fwd + logits_fwd))
+    optimizer = _optimizer_s(model, c, plans, t, cp, dp, layers, hbm)
+
+    compute = micro * compute_mb
+    step = compute + micro * (rc_mb + tp_mb + cp_mb) + bubble + pp_p2p + dp_comm + optimizer
+    num_gpus = t * pp * dp * cp
+    tokens_per_gpu = workload.tokens_per_step / step / num_gpus
+    model_tflops = tokens_per_gpu * model_flops_per_token(model, workload.seq_len) / 1e12
+    return StepTimeBreakdown(
+        compute_s=compute, recompute_s=micro * rc_mb, tp_comm_s=micro * tp_mb,
+        cp_comm_s=micro * cp_mb, pp_bubble_s=bubble, pp_p2p_s=pp_p2p, dp_comm_s=dp_comm,
+        optimizer_s=optimizer, step_time_s=step, tokens_per_s_per_gpu=tokens_per_gpu,
+        model_tflops_per_gpu=model_tflops,
+        mfu=model_tflops / gpu.peak_tflops(workload.precision))
+
+
+def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
+                   c: PerfConstants, sw: SoftwareFeatures) -> dict:
+    """Forward seconds of one micro-batch on one GPU: a whole layer, its attention
+    core, its s^2 score traffic (unfused attention only) and the output layer.
+
+    Weight GEMMs and logits at the roofline efficiency (``gemm_time_s``), FP8
+    speeding up only those; non-GEMM kernels at HBM speed on the Korthikanti
+    activation bytes.
+    """
+    t, cp, b = plans.tp.astype(float), plans.cp.astype(float), plans.mbs.astype(float)
+    s = float(workload.seq_len)
+    peak = gpu.peak_bf16_tflops * 1e12
+    hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+    eff = c.efficiency_max(gpu)
+    fp8 = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
+    tokens = b * s / cp
+
+    def gemm(flops_per_token, n, k, m=tokens):
+        return gemm_time_s(flops_per_token * tokens, m, n, k, peak, eff, ridge,
+                           c.gemm_size_factor)
+
+    weight_gemm = sum(gemm(fl, n, k) for fl, n, k in _layer_gemms(model, t)) / fp8
+    # Attention core per head: (s/cp) x d by d x s. Fused (flash) kernels skip the
+    # causal half and never write the s x s scores, so no 1/K (= 1/d) traffic term.
+    causal = 0.5 if sw.flash_attention else 1.0
+    head_k = np.inf if sw.flash_attention else model.head_dim
+    attn = gemm(causal * 4.0 * s * model.hidden_size / t, s, head_k, m=s / cp)
+    linear = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, True)
+    total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
+    factor = c.elementwise_traffic_factor / hbm
+    logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
+                  model.vocab_size / t, model.hidden_size) / fp8
+    return {"layer": weight_gemm + attn + factor * total, "attention": attn,
+            "scores": factor * (total - linear), "logits": logits}
+
+
+def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers):
+    """Exposed TP communication of one micro-batch on one stage.
+
+    Per layer 2 all-reduces forward and 2 backward of s*b*h bf16 (Shoeybi et
+    al. 2019, Fig. 4); with SP the same volume as reduce-scatter + all-gather
+    (Korthikanti et al. 2022, Sec. 4.2.2); full recompute repeats the forward
+    pair. TP groups are innermost, so over NVLink while t fits the domain.
+    """
+    gpu = cluster.gpu
+    nbytes = tokens * model.hidden_size * BF16_BYTES
+    k = members_in_domain(t, 1, cluster.nvlink_domain_gpus)
+    one = hierarchical_allreduce_s(nbytes, t, k,
+                                   gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
+                                   gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
+                                   c.comm_latency_s)
+    count = 4.0 * layers + 2.0 * rc_layers
+    return (1.0 - c.tp_comm_overlap) * count * one
+
+
+def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_s):
+    """Exposed context-parallel communication of one micro-batch on one stage.
+
+    Ring attention (Liu et al. 2023; Megatron-core context parallel) passes
+    each rank's K and V chunk (2 * tokens * kv_h / t bf16) around the cp ring,
+    (cp-1) sends forward and twice that backward (K,V and their grads), and
+    overlaps each send with the attention block it feeds: only what exceeds
+    the attention compute is exposed.
+    """
+    gpu = cluster.gpu
+    kv_bytes = 2.0 * tokens * model.kv_hidden_size / t * BF16_BYTES
+    in_domain = t * cp <= cluster.nvlink_domain_gpus
+    bw = np.where(in_domain, gpu.nvlink_bandwidth_gb_per_s,
+                  gpu.internode_bandwidth_gb_per_s) * 1e9 * c.comm_bandwidth_efficiency
+    comm = 3.0 * (cp - 1.0) * p2p_s(kv_bytes, bw, c.comm_latency_s)
+    exposed = np.maximum(0.0, comm - 3.0 * attn_fwd_s)
+    return np.where(cp > 1, layers * exposed, 0.0)
+
+
+def _stage_params_per_gpu(model: ModelSpec, t, layers):
+    """Parameters one GPU of the last stage holds: its layers and the output
+    layer (or the tied embedding copy Megatron keeps there), split over TP."""
+    output = output_layer_params(model) or embedding_params(model)
+    return (layers * layer_params(model) + output) / t
+
+
+def _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers, backward_window_s):
+    """Exposed data-parallel gradient reduction (+ distributed-optimizer gather).
+
+    Without the distributed optimizer: all-reduce of the stage's gradients
+    (``grad_reduce_bytes`` each). With it (Megatron distributed optimizer,
+    ZeRO-1 like): reduce-scatter of the gradients plus all-gather of the bf16
+    parameters, each half an all-reduce of its bytes. The group spans dp*cp
+    ranks at stride t. With --overlap-grad-reduce the buckets go out while the
+    last micro-batch's backward runs, so only the part longer than that
+    backward is exposed; without it all of it is.
+    """
+    gpu = cluster.gpu
+    params = _stage_params_per_gpu(model, t, layers)
+    group = dp * cp
+    k = members_in_domain(group, t, cluster.nvlink_domain_gpus)
+    nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    grads = hierarchical_allreduce_s(params * sw.grad_reduce_bytes, group, k, nv, ib,
+                                     c.comm_latency_s)
+    gather = hierarchical_allreduce_s(params * BF16_BYTES, group, k, nv, ib, c.comm_latency_s)
+    comm = np.where(plans.distributed_optimizer, 0.5 * grads + 0.5 * gather, grads)
+    if sw.overlap_grad_reduce:
+        return np.maximum(0.0, comm - backward_window_s)
+    return comm
+
+
+def _optimizer_s(model, c, plans, t, cp, dp, layers, hbm_bytes_per_s):
+    """Adam step: memory bound, ``optimizer_bytes_per_param`` per parameter of
+    this GPU's shard (sharded over dp*cp by the distributed optimizer)."""
+    params = _stage_params_per_gpu(model, t, layers)
+    shard = np.where(plans.distributed_optimizer, params / (dp * cp), params)
+    return shard * c.optimizer_bytes_per_param / hbm_bytes_per_s

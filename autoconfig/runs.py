@@ -1,0 +1,301 @@
+"""Published measured runs (benchmarks/published_runs.csv) as model inputs.
+
+``load_runs`` turns each CSV row into a ``Run``: (ModelSpec, Workload, Plan,
+Cluster, SoftwareFeatures, measured figure) or, when the row cannot be used,
+the reason. Fields a source leaves unstated get the assumptions below; each is
+named in ``Run.assumptions`` so the validation table shows what was assumed.
+
+Assumptions per source (see benchmarks/SOURCES.md):
+* S01/S04 (Narayanan et al. 2021; Megatron-LM README Jan 2021): full
+  recompute (the paper's eq. 3 counts the recompute forward), MBS 1, TP x PP
+  from the model-parallel size (TP = min(8, mp), PP = mp / TP, as the 2021
+  README says), fp16 (gradients reduced in fp16, not overlapped), no fused
+  attention. S01 uses the interleaved schedule and the scatter/gather of
+  pipeline sends (Sec. 5.1); S04 has neither. S01's chunk count is
+  unstated: we take the smallest v > 1 dividing the stage's layers.
+  Measured: TFLOP/s incl. recompute (eq. 3).
+* S05 (Megatron-LM README 2020): TP only, full recompute (2020 GPT-2
+  scripts use --checkpoint-activations), no micro-batching (MBS = batch per
+  replica; eq. 3 with it reproduces the table's TFLOP/s), A100 40GB (DGX A100
+  of 2020). Measured: iteration time.
+* S10 (BLOOM): Jean Zay nodes (4 x 100 Gb/s Omni-Path per 8 GPUs), full
+  recompute, ZeRO-1 (= distributed optimizer), no SP, no interleaving, no
+  fused attention, no pipeline scatter/gather, vocab 250,880 where given as
+  "250k"; embedding counted as a pipeline layer where the row's note records
+  --pp-partition-method 'type:transformer|embedding' (02-28 on, production).
+  Measured: iteration time.
+* S15 (NeMo launcher, confidence C): configuration from the default yaml as
+  the CSV records it; no fused attention (2022). Measured: tokens/s.
+* S17 (Megatron CI): as stated; fused attention, overlapped DP. Measured:
+  iteration time, but in deterministic mode with NCCL_ALGO=Ring ("not a tuned
+  perf benchmark"), so used for memory and plan ranking, not throughput MAPE.
+* S08 (Megatron-Bridge): SP on when TP > 1 (the recipes' default), no
+  recompute, distributed optimizer, Llama 3 vocab 128,256. FP8-CS, FP8-MX,
+  MXFP8 and unqualified FP8 map to ``fp8``. Measured: tokens/s/GPU.
+"""
+
+import csv
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoconfig.catalog import get_gpu
+from autoconfig.errors import InputError
+from autoconfig.hardware import Cluster, cluster_from_gpus
+from autoconfig.model import ModelSpec, hardware_flops_per_token
+from autoconfig.perf import SoftwareFeatures
+from autoconfig.plan import Plan, Workload
+
+MEASURES = ("step_time_s", "hardware_tflops_per_gpu", "tokens_per_s_per_gpu")
+LLAMA3_VOCAB = 128256
+BLOOM_VOCAB = 250880
+JEAN_ZAY_IB_GB_PER_S = 6.25
+"""BigScience 2022 (arXiv:2211.05100, Sec. 3.4.1) and the bigscience/bloom model card:
+each Jean Zay node of 8 A100 has 4 Omni-Path 100 Gb/s links, 50 GB/s for 8 GPUs."""
+
+
+@dataclass(frozen=True)
+class Run:
+    record_id: str
+    source_id: str
+    model_name: str
+    model: ModelSpec | None = None
+    workload: Workload | None = None
+    plan: Plan | None = None
+    cluster: Cluster | None = None
+    software: SoftwareFeatures = SoftwareFeatures()
+    measure: str = ""
+    """Which figure the row measured: one of MEASURES."""
+    measured: float | None = None
+    memory_gb: float | None = None
+    """Measured peak memory per GPU (decimal GB) where the source gives it."""
+    oom: bool = False
+    skip_reason: str = ""
+    throughput_benchmark: bool = True
+    """False where the source says its timing is not a tuned benchmark (Megatron CI in
+    deterministic mode): used for memory and plan ranking, not for throughput MAPE."""
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def usable(self) -> bool:
+        return not self.skip_reason
+
+    def predicted_measure(self, step_time_s: float, tokens_per_s_per_gpu: float) -> float:
+        """The predicted figure of the same kind the row measured."""
+        if self.measure == "step_time_s":
+            return step_time_s
+        if self.measure == "tokens_per_s_per_gpu":
+            return tokens_per_s_per_gpu
+        flops = hardware_flops_per_token(self.model, self.workload.seq_len, "full")
+        return tokens_per_s_per_gpu * flops / 1e12
+
+
+def _num(text: str | None) -> float | None:
+    """Leading number of a CSV cell ('131073 (padded ...)' -> 131073), else None."""
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)", text or "")
+    return float(match.group(1)) if match else None
+
+
+def _int(row: dict, key: str) -> int | None:
+    value = _num(row.get(key))
+    return int(value) if value is not None else None
+
+
+def _gpu_name(gpu_type: str) -> str | None:
+    text = gpu_type.upper()
+    if "V100" in text or "GB300" in text:
+        return None
+    if "GB200" in text:
+        return "gb200"
+    if "B200" in text:
+        return "b200"
+    if "H100" in text:
+        return "h100-80gb"
+    if "A100" in text:
+        return "a100-40gb" if "2020" in text else "a100-80gb"
+    return None
+
+
+def _precision(text: str) -> str | None:
+    text = text.upper()
+    if "NVFP4" in text:
+        return None
+    return "fp8" if "FP8" in text else "bf16"
+
+
+REQUIRED_COLUMNS = ("record_id", "source_id", "model_name", "gpu_type", "precision",
+                    "num_gpus", "global_batch_size", "seq_len")
+
+
+def load_runs(path: Path) -> list[Run]:
+    """Every row of a published-runs CSV as a Run (usable or with its skip reason)."""
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
+            if missing:
+                raise InputError(f"runs file {str(path)!r} lacks column(s) {', '.join(missing)}")
+            return [row_to_run(row) for row in reader]
+    except OSError as exc:
+        raise InputError(f"cannot read runs file {str(path)!r}: {exc.strerror}") from None
+
+
+def row_to_run(row: dict) -> Run:
+    base = dict(record_id=row["record_id"], source_id=row["source_id"],
+                model_name=row["model_name"])
+    reason = _skip_reason(row)
+    if reason:
+        return Run(**base, skip_reason=reason)
+    assumptions: list[str] = []
+    model = _model(row, assumptions)
+    plan = _plan(row, model, assumptions)
+    precision = _precision(row["precision"])
+    if precision == "fp8" and "FP8" != row["precision"].strip().upper():
+        assumptions.append(f"{row['precision'].split(' ')[0]} as fp8")
+    workload = Workload(global_batch_size=_int(row, "global_batch_size"),
+                        seq_len=_int(row, "seq_len"), precision=precision)
+    gpu = get_gpu(_gpu_name(row["gpu_type"]))
+    if row["source_id"] == "S10":
+        gpu = dataclasses.replace(gpu, internode_bandwidth_gb_per_s=JEAN_ZAY_IB_GB_PER_S)
+        assumptions.append("Jean Zay Omni-Path 6.25 GB/s/GPU")
+    cluster = cluster_from_gpus(gpu, plan.num_gpus, gpu.gpus_per_node)
+    measure, measured = _measured(row)
+    mem_text = row.get("mem_gb_measured") or ""
+    memory = _num(mem_text.split("peak")[-1]) if mem_text and mem_text != "OOM" else None
+    return Run(**base, model=model, workload=workload, plan=plan, cluster=cluster,
+               software=_software(row), measure=measure, measured=measured,
+               memory_gb=memory, oom=mem_text == "OOM", assumptions=tuple(assumptions),
+               throughput_benchmark=row["source_id"] != "S17")
+
+
+def _skip_reason(row: dict) -> str:
+    if _gpu_name(row["gpu_type"]) is None:
+        return f"GPU {row['gpu_type'].split(' ')[0]} not in the GPU catalog"
+    if _precision(row["precision"]) is None:
+        return "NVFP4: no FP4 peak or efficiency in the model"
+    sharding = row.get("dp_sharding") or ""
+    if "ZeRO-3" in sharding or "FSDP" in sharding:
+        return f"{sharding.split(' (')[0]}: fully sharded data parallel is not modelled"
+    if not (_int(row, "num_layers") and _int(row, "hidden_size") and _int(row, "num_heads")):
+        return "model shape (layers/hidden/heads) not stated"
+    if _int(row, "tp") is None and _int(row, "mp_size_reported") is None:
+        return "parallel layout (TP/PP) not stated"
+    if (row.get("mem_gb_measured") or "") == "OOM":
+        return "OOM row: no throughput measured"
+    if _measured(row)[1] is None:
+        return "no throughput figure"
+    if (row.get("derived_fields") or "").startswith("CHECK"):
+        return "row flagged inconsistent in the source"
+    if not _step_matches_tflops(row):
+        return "step time and TFLOP/s disagree (>15%) for the stated shape and batch"
+    return ""
+
+
+def _step_matches_tflops(row: dict) -> bool:
+    """Where a row gives both step time and hardware TFLOP/s (BLOOM logs), eq. 3
+    (96 B s l h^2 (1 + s/6h + V/16lh)) must link them within 15%; otherwise the
+    batch or shape recorded is not the one measured."""
+    step, tflops = _num(row.get("step_time_s")), _num(row.get("tflops_per_gpu"))
+    kind = (row.get("tflops_kind") or "").lower()
+    if step is None or tflops is None or "hardware" not in kind:
+        return True
+    layers, h, s = _int(row, "num_layers"), _int(row, "hidden_size"), _int(row, "seq_len")
+    vocab = BLOOM_VOCAB if (row.get("vocab_size") or "").strip() == "250k" else _int(row, "vocab_size")
+    batch, gpus = _int(row, "global_batch_size"), _int(row, "num_gpus")
+    flops = 96.0 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
+    return abs(flops / (step * gpus * 1e12) / tflops - 1.0) <= 0.15
+
+
+def _model(row: dict, assumptions: list[str]) -> ModelSpec:
+    source = row["source_id"]
+    h, heads = _int(row, "hidden_size"), _int(row, "num_heads")
+    llama = source == "S08"
+    vocab = _int(row, "vocab_size")
+    if vocab is None or (row.get("vocab_size") or "").strip() == "250k":
+        vocab = LLAMA3_VOCAB if llama else BLOOM_VOCAB if source == "S10" else 51200
+        assumptions.append(f"vocab {vocab}")
+    ffn = _int(row, "ffn_hidden_size")
+    if ffn is None:
+        ffn = 4 * h
+        assumptions.append("ffn 4h")
+    return ModelSpec(
+        name=row["model_name"], num_layers=_int(row, "num_layers"), hidden_size=h,
+        num_heads=heads, num_kv_heads=_int(row, "num_kv_heads") or heads,
+        ffn_hidden_size=ffn, vocab_size=vocab, seq_len=_int(row, "seq_len"),
+        mlp_kind="swiglu" if llama else "gelu", norm_kind="rmsnorm" if llama else "layernorm",
+        position_embedding="rope" if llama or source in ("S10", "S17") else "learned",
+        tied_embeddings=not (llama or source == "S17"), has_bias=not llama)
+
+
+def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
+    source = row["source_id"]
+    tp, pp = _int(row, "tp"), _int(row, "pp")
+    if tp is None:
+        mp = _int(row, "mp_size_reported")
+        tp = min(8, mp)
+        pp = mp // tp
+        assumptions.append(f"tp{tp} pp{pp} from mp {mp}")
+    pp = pp or 1
+    num_gpus = _int(row, "num_gpus")
+    cp = _int(row, "cp") or 1
+    dp = num_gpus // (tp * pp * cp)
+    mbs = _int(row, "micro_batch_size")
+    if mbs is None:
+        mbs = _int(row, "global_batch_size") // dp if source == "S05" else 1
+        assumptions.append(f"mbs {mbs}")
+    vp = _int(row, "vp")
+    if vp is None:
+        vp = _smallest_chunking(model.num_layers // pp) if source == "S01" and pp > 1 else 1
+        if vp > 1:
+            assumptions.append(f"vp {vp}")
+    sp_text = (row.get("sequence_parallel") or "").strip()
+    sp = tp > 1 and (sp_text == "yes" or (source == "S08" and not sp_text))
+    recompute = _recompute(row, source)
+    dist_opt = (row.get("distributed_optimizer") == "yes" or source in ("S08", "S10")
+                or "distributed" in (row.get("dp_sharding") or ""))
+    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=sp, mbs=mbs, recompute=recompute,
+                distributed_optimizer=dist_opt)
+
+
+def _smallest_chunking(layers_per_stage: int) -> int:
+    for v in range(2, layers_per_stage + 1):
+        if layers_per_stage % v == 0:
+            return v
+    return 1
+
+
+def _recompute(row: dict, source: str) -> str:
+    text = (row.get("recompute") or "").lower()
+    if source in ("S01", "S04", "S05", "S10") or text.startswith("full ("):
+        return "full"
+    if "selective" in text:
+        return "selective"
+    return "none"
+
+
+def _software(row: dict) -> SoftwareFeatures:
+    source = row["source_id"]
+    if source in ("S01", "S04", "S05"):
+        # Scatter/gather of pipeline sends arrived with the April 2021 code (S01 Sec. 5.1).
+        return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=False,
+                                grad_reduce_bytes=2, p2p_scatter_gather=source == "S01")
+    if source == "S10":
+        # The note column records --pp-partition-method 'type:transformer|embedding'
+        # (02-28 on and the production run).
+        balanced = "pp-partition-method" in (row.get("note") or "")
+        return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=False,
+                                p2p_scatter_gather=False, embedding_as_stage_layer=balanced,
+                                grad_reduce_bytes=4 if "bf16" == row["precision"][:4] else 2)
+    if source == "S15":
+        return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=True)
+    return SoftwareFeatures()
+
+
+def _measured(row: dict) -> tuple[str, float | None]:
+    source = row["source_id"]
+    if source in ("S01", "S04"):
+        return "hardware_tflops_per_gpu", _num(row.get("tflops_per_gpu"))
+    if source in ("S08", "S15"):
+        return "tokens_per_s_per_gpu", _num(row.get("tokens_per_s_per_gpu"))
+    return "step_time_s", _num(row.get("step_time_s"))

@@ -1,0 +1,210 @@
+"""Step-time model: formulas with plain numbers, invariants, vectorised == per-row."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autoconfig.catalog import get_gpu, get_model
+from autoconfig.comm import hierarchical_allreduce_s, members_in_domain, ring_allreduce_s
+from autoconfig.hardware import cluster_from_gpus
+from autoconfig.model import model_flops_per_token
+from autoconfig.perf import (PerfConstants, SoftwareFeatures, gemm_time_s, load_constants,
+                             step_time)
+from autoconfig.plan import Plan, PlanTable, Workload
+
+GPT3 = get_model("gpt3", "175b")
+A100 = get_gpu("a100-80gb")
+H100 = get_gpu("h100-80gb")
+WORKLOAD = Workload(global_batch_size=1536, seq_len=2048)
+CLUSTER = cluster_from_gpus(A100, 1024, 8)
+
+
+def one(plan: Plan, workload=WORKLOAD, cluster=CLUSTER, model=GPT3, **kw):
+    perf = step_time(model, workload, PlanTable.from_plans([plan]), cluster, **kw)
+    return {f.name: float(getattr(perf, f.name)[0]) for f in dataclasses.fields(perf)}
+
+
+def plan(**kw) -> Plan:
+    base = dict(tp=8, pp=8, dp=16, mbs=1, recompute="selective", sp=True)
+    base.update(kw)
+    return Plan(**base)
+
+
+def test_ring_allreduce_cost_plain_numbers():
+    # 8 ranks, 1 GB, 100 GB/s: 2 * 7/8 * 1e9 / 1e11 = 17.5 ms
+    assert ring_allreduce_s(1e9, 8, 1e11) == pytest.approx(0.0175)
+    assert ring_allreduce_s(1e9, 1, 1e11) == 0.0
+    # latency: 2 (n-1) hops
+    assert ring_allreduce_s(0.0, 4, 1e11, latency_s=1e-5) == pytest.approx(6e-5)
+
+
+def test_hierarchical_allreduce_reduces_to_flat_rings():
+    flat_nv = ring_allreduce_s(1e9, 8, 3e11)
+    assert hierarchical_allreduce_s(1e9, 8, 8, 3e11, 2.5e10) == pytest.approx(flat_nv)
+    flat_ib = ring_allreduce_s(1e9, 16, 2.5e10)
+    assert hierarchical_allreduce_s(1e9, 16, 1, 3e11, 2.5e10) == pytest.approx(flat_ib)
+    # 16 ranks, 8 per node: NVLink ring of 8 plus an IB ring of 2 on 1/8 of the bytes
+    expected = ring_allreduce_s(1e9, 8, 3e11) + ring_allreduce_s(1e9 / 8, 2, 2.5e10)
+    assert hierarchical_allreduce_s(1e9, 16, 8, 3e11, 2.5e10) == pytest.approx(expected)
+
+
+def test_members_in_domain_follow_megatron_rank_order():
+    assert members_in_domain(16, 1, 8) == 8     # tp-like inner group
+    assert members_in_domain(16, 8, 8) == 1     # dp group over tp=8: one per node
+    assert members_in_domain(16, 2, 8) == 4
+    assert members_in_domain(2, 1, 8) == 2
+
+
+def test_gemm_roofline_penalty():
+    # r = 100 flop/elem, factor 1, M=N=K=100: penalty 1 + 100 * 3/100 = 4
+    assert gemm_time_s(1e12, 100, 100, 100, 1e12, 0.5, 100, 1.0) == pytest.approx(8.0)
+    assert gemm_time_s(1e12, np.inf, np.inf, np.inf, 1e12, 0.5, 100, 1.0) == pytest.approx(2.0)
+
+
+def test_bubble_is_p_minus_1_over_v_m_of_pipeline_time():
+    for vp in (1, 2, 3):
+        perf = one(plan(vp=vp))
+        micro = WORKLOAD.global_batch_size / 16
+        busy = perf["compute_s"] + perf["recompute_s"] + perf["tp_comm_s"] + perf["cp_comm_s"]
+        assert perf["pp_bubble_s"] / busy == pytest.approx((8 - 1) / (vp * micro))
+
+
+def test_more_microbatches_smaller_bubble_fraction():
+    fractions = []
+    for gbs in (256, 512, 1536, 3072):
+        perf = one(plan(), workload=Workload(global_batch_size=gbs, seq_len=2048))
+        fractions.append(perf["pp_bubble_s"] / perf["step_time_s"])
+    assert all(a > b for a, b in zip(fractions, fractions[1:]))
+
+
+def test_no_pipeline_no_bubble_no_p2p():
+    perf = one(plan(pp=1, dp=128))
+    assert perf["pp_bubble_s"] == 0.0 and perf["pp_p2p_s"] == 0.0
+
+
+def test_rates_are_consistent():
+    perf = one(plan())
+    gpus = 1024
+    assert perf["tokens_per_s_per_gpu"] * gpus * perf["step_time_s"] == pytest.approx(
+        WORKLOAD.tokens_per_step)
+    model_tflops = perf["tokens_per_s_per_gpu"] * model_flops_per_token(GPT3, 2048) / 1e12
+    assert perf["model_tflops_per_gpu"] == pytest.approx(model_tflops)
+    assert perf["mfu"] == pytest.approx(perf["model_tflops_per_gpu"] / A100.peak_bf16_tflops)
+    parts = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_bubble_s", "pp_p2p_s",
+             "dp_comm_s", "optimizer_s")
+    assert sum(perf[p] for p in parts) == pytest.approx(perf["step_time_s"])
+    assert 0.2 < perf["mfu"] < 0.7
+
+
+def test_recompute_full_ge_selective_ge_none():
+    times = {rc: one(plan(recompute=rc))["step_time_s"] for rc in ("none", "selective", "full")}
+    assert times["full"] > times["selective"] > times["none"]
+    # also without flash attention, where selective recomputes the s^2 softmax work
+    legacy = SoftwareFeatures(flash_attention=False)
+    times = {rc: one(plan(recompute=rc), software=legacy)["step_time_s"]
+             for rc in ("none", "selective", "full")}
+    assert times["full"] > times["selective"] > times["none"]
+
+
+def test_block_recompute_of_fewer_layers_is_cheaper():
+    all_layers = one(plan(recompute="full"))["recompute_s"]
+    some = one(plan(recompute="full", recompute_method="block", recompute_num_layers=4))
+    assert 0 < some["recompute_s"] < all_layers
+    assert some["recompute_s"] == pytest.approx(all_layers * 4 / 12)
+
+
+def test_slower_gpu_slower_step():
+    a100 = one(plan())["step_time_s"]
+    h100 = one(plan(), cluster=cluster_from_gpus(H100, 1024, 8))["step_time_s"]
+    assert h100 < a100
+
+
+def test_fp8_speeds_up_gemms_only_on_fp8_gpus():
+    h100 = cluster_from_gpus(H100, 1024, 8)
+    bf16 = one(plan(), cluster=h100)
+    fp8 = one(plan(), workload=Workload(1536, 2048, "fp8"), cluster=h100)
+    assert fp8["compute_s"] < bf16["compute_s"]
+    assert fp8["compute_s"] > bf16["compute_s"] / 2.0 - 1e-9  # attention and elementwise stay bf16
+    assert fp8["mfu"] == pytest.approx(fp8["model_tflops_per_gpu"] / H100.peak_fp8_tflops)
+
+
+def test_tp_across_nodes_costs_more_than_inside():
+    inside = one(plan(tp=8, pp=8, dp=16))["tp_comm_s"]
+    across = one(plan(tp=16, pp=4, dp=16))["tp_comm_s"]
+    assert across > inside
+
+
+def test_overlapped_dp_reduce_is_cheaper_and_dist_opt_adds_gather():
+    p = plan(pp=1, dp=128, tp=8, recompute="full")
+    exposed = one(p, software=SoftwareFeatures(overlap_grad_reduce=False))["dp_comm_s"]
+    hidden = one(p, software=SoftwareFeatures(overlap_grad_reduce=True))["dp_comm_s"]
+    assert exposed > 0 and hidden < exposed
+    fp32 = one(p, software=SoftwareFeatures(overlap_grad_reduce=False, grad_reduce_bytes=4))
+    with_opt = one(dataclasses.replace(p, distributed_optimizer=True),
+                   software=SoftwareFeatures(overlap_grad_reduce=False, grad_reduce_bytes=4))
+    # reduce-scatter of fp32 grads + all-gather of bf16 params = (4 + 2) / 2 / 4 of the all-reduce
+    assert with_opt["dp_comm_s"] == pytest.approx(fp32["dp_comm_s"] * 0.75, rel=1e-3)
+
+
+def test_context_parallel_comm_only_when_cp_gt_1():
+    model = get_model("llama3-70b") if _has("llama3-70b") else GPT3
+    wl = Workload(global_batch_size=64, seq_len=32768)
+    cluster = cluster_from_gpus(H100, 256, 8)
+    no_cp = one(Plan(tp=8, pp=4, dp=8, cp=1, sp=True), workload=wl, cluster=cluster, model=model)
+    assert no_cp["cp_comm_s"] == 0.0
+    with_cp = one(Plan(tp=8, pp=4, dp=2, cp=4, sp=True), workload=wl, cluster=cluster, model=model)
+    assert with_cp["cp_comm_s"] >= 0.0
+    assert with_cp["step_time_s"] > 0
+
+
+def _has(name: str) -> bool:
+    try:
+        get_model(name)
+        return True
+    except Exception:
+        return False
+
+
+def test_vectorised_equals_per_row():
+    plans = [plan(), plan(vp=2), plan(tp=4, pp=16, dp=16, sp=False, recompute="full"),
+             plan(tp=8, pp=1, dp=128, mbs=2, recompute="none", distributed_optimizer=True),
+             plan(tp=2, pp=4, dp=64, cp=2, recompute="full", recompute_method="block",
+                  recompute_num_layers=3)]
+    table = step_time(GPT3, WORKLOAD, PlanTable.from_plans(plans), CLUSTER)
+    for i, p in enumerate(plans):
+        row = one(p)
+        for name, value in row.items():
+            assert getattr(table, name)[i] == pytest.approx(value), (i, name)
+
+
+def test_constants_loaded_with_sources_and_overridable():
+    constants = load_constants()
+    assert set(constants.gemm_efficiency_max) >= {"ampere", "hopper", "blackwell"}
+    assert 0 < constants.efficiency_max(A100) <= 1
+    faster = dataclasses.replace(constants, gemm_efficiency_max={
+        k: min(1.0, v * 1.2) for k, v in constants.gemm_efficiency_max.items()})
+    assert one(plan(), constants=faster)["compute_s"] < one(plan())["compute_s"]
+    assert isinstance(constants, PerfConstants)
+
+
+def test_scatter_gather_divides_pipeline_sends_by_tp():
+    p = plan(sp=False, recompute="full")
+    whole = one(p, software=SoftwareFeatures(p2p_scatter_gather=False))["pp_p2p_s"]
+    split = one(p, software=SoftwareFeatures(p2p_scatter_gather=True))["pp_p2p_s"]
+    assert split < whole / 4  # bytes / 8, plus the same per-send latency
+
+
+def test_embedding_as_layer_lightens_the_last_stage():
+    p = plan(pp=16, dp=8)
+    plain = one(p)["compute_s"]
+    balanced = one(p, software=SoftwareFeatures(embedding_as_stage_layer=True))["compute_s"]
+    assert balanced < plain
+
+
+def test_perf_yaml_without_source_is_a_catalog_error(tmp_path):
+    from autoconfig.errors import CatalogError
+    bad = tmp_path / "perf.yaml"
+    bad.write_text("source: x\ngemm_efficiency_max:\n  ampere: {value: 0.6}\n")
+    with pytest.raises(CatalogError, match="no source"):
+        load_constants(bad)

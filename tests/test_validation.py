@@ -1,0 +1,124 @@
+"""Validation against published runs: row conversion, statistics, and the real CLI."""
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autoconfig.model import hardware_flops_per_token
+from autoconfig.runs import load_runs, row_to_run
+from autoconfig.validation import (default_runs_path, evaluate_rows, rank_groups, spearman,
+                                   validate)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {r.record_id: r for r in load_runs(default_runs_path())}
+
+
+def test_shipped_rows_are_verbatim_copies_of_the_shared_data():
+    shared = "/work/shared/data/published_runs.csv"
+    try:
+        with open(shared, newline="") as handle:
+            source = {row["record_id"]: row for row in csv.DictReader(handle)}
+    except OSError:
+        pytest.skip("shared data not on this machine")
+    with open(default_runs_path(), newline="") as handle:
+        for row in csv.DictReader(handle):
+            assert row == source[row["record_id"]]
+
+
+def test_narayanan_table1_row_assumptions(runs):
+    run = runs["R0007"]  # 145.6B, 1536 GPUs, TP8 PP8, batch 2304
+    assert run.usable
+    p = run.plan
+    assert (p.tp, p.pp, p.dp, p.mbs, p.recompute) == (8, 8, 24, 1, "full")
+    assert p.vp == 2  # interleaved: smallest chunking of 10 layers per stage
+    assert run.measure == "hardware_tflops_per_gpu" and run.measured == 148
+    assert run.workload.global_batch_size == 2304 and run.model.vocab_size == 51200
+
+
+def test_mp_size_split_and_exclusions(runs):
+    jan = runs["R0052"]  # 291B, mp 144 -> TP8 PP18
+    assert (jan.plan.tp, jan.plan.pp, jan.plan.vp) == (8, 18, 1)
+    assert "ZeRO-3" in runs["R0011"].skip_reason
+    assert "V100" in runs["R0055"].skip_reason
+    assert not runs["R0023"].usable  # TP/PP not stated
+    nvfp4 = [r for r in runs.values() if r.source_id == "S08" and "NVFP4" in r.skip_reason]
+    assert nvfp4
+    assert runs["R0582"].throughput_benchmark is False  # CI deterministic mode
+
+
+def test_hardware_tflops_prediction_uses_eq3_flops(runs):
+    run = runs["R0001"]
+    rows = evaluate_rows([run])
+    row = rows[0]
+    tokens = run.workload.tokens_per_step
+    flops = hardware_flops_per_token(run.model, 2048, "full") * tokens
+    expected = flops / row.predicted_step_s / run.cluster.num_gpus / 1e12
+    assert row.predicted == pytest.approx(expected)
+    # the measured TFLOP/s turned into a step time with the same FLOP count
+    assert row.measured_step_s == pytest.approx(flops / (137e12 * run.cluster.num_gpus))
+
+
+def test_inconsistent_bloom_rows_are_rejected():
+    row = {"record_id": "X", "source_id": "S10", "model_name": "m", "num_layers": "6",
+           "hidden_size": "14336", "num_heads": "64", "vocab_size": "250k", "seq_len": "2048",
+           "gpu_type": "A100-SXM4-80GB", "num_gpus": "8", "tp": "8", "pp": "1",
+           "global_batch_size": "2048", "micro_batch_size": "2", "precision": "bf16",
+           "step_time_s": "130.43", "tflops_per_gpu": "143.48",
+           "tflops_kind": "hardware TFLOPs", "mem_gb_measured": "54"}
+    assert "disagree" in row_to_run(row).skip_reason
+    row["step_time_s"] = str(96 * 2048 * 2048 * 6 * 14336 ** 2
+                             * (1 + 2048 / (6 * 14336) + 250880 / (16 * 6 * 14336))
+                             / (8 * 143.48e12))
+    assert row_to_run(row).usable
+
+
+def test_spearman_plain_numbers():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_report_covers_every_source_and_groups_have_distinct_plans():
+    report = validate()
+    assert {"S01", "S10", "S15", "S08"} <= set(report.mape_by_source())
+    assert all(np.isfinite(r.abs_pct_error) for r in report.rows)
+    assert len(report.rows) >= 100
+    for group in report.groups:
+        assert len(group.record_ids) >= 2
+    assert any(g.key.startswith("S10") for g in report.groups)
+    regrouped = rank_groups(list(report.ranking_rows), min_size=3)
+    assert all(len(g.record_ids) >= 3 for g in regrouped)
+
+
+def test_validate_cli_prints_mape_lines():
+    result = subprocess.run([sys.executable, "-m", "autoconfig", "validate", "--summary"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "MAPE S01:" in out and "MAPE overall:" in out
+    assert "rho =" in out
+    assert "Memory" in out
+    assert "Traceback" not in out + result.stderr
+
+
+def test_validate_cli_full_table_lists_rows():
+    result = subprocess.run([sys.executable, "-m", "autoconfig", "validate"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "R0007" in result.stdout and "abs % err" in result.stdout
+
+
+def test_validate_cli_bad_runs_path_is_one_line_error(tmp_path):
+    missing = tmp_path / "nope.csv"
+    result = subprocess.run([sys.executable, "-m", "autoconfig", "validate", "--runs",
+                             str(missing)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nope.csv" in lines[0] and lines[0].startswith("error:")
+    assert "Traceback" not in result.stderr
