@@ -80,13 +80,13 @@ def all_models() -> tuple[ModelSpec, ...]:
     return tuple(model_from_yaml(p) for p in sorted((configs_dir() / "models").glob("*.yaml")))
 
 
-def _looks_like_path(text: str) -> bool:
+def looks_like_path(text: str) -> bool:
     return text.endswith((".yaml", ".yml")) or "/" in text
 
 
 def get_gpu(name: str) -> GPU:
     """A catalog GPU by name or alias, or a user's YAML file by path."""
-    if _looks_like_path(name):
+    if looks_like_path(name):
         return gpu_from_yaml(Path(name))
     key = name.strip().lower()
     for gpu in all_gpus():
@@ -99,7 +99,7 @@ def get_gpu(name: str) -> GPU:
 def get_model(name: str, size: str | None = None) -> ModelSpec:
     """A catalog model by family and size (``gpt3``, ``175b``), by full name
     (``llama3-8b``), or a user's YAML file by path."""
-    if _looks_like_path(name):
+    if looks_like_path(name):
         return model_from_yaml(Path(name))
     key = name.strip().lower()
     models = all_models()

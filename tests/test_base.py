@@ -7,6 +7,9 @@ import math
 import pytest
 
 from autoconfig import base as b
+from autoconfig import budget as bud
+from autoconfig import hyperparams
+from autoconfig import shape
 from autoconfig.catalog import all_gpus, get_gpu, get_model
 from autoconfig.errors import CatalogError, InfeasibleError, InputError
 from autoconfig.heuristics import load_heuristics, sourced_entry
@@ -44,9 +47,9 @@ def test_gpt3_175b_gets_paper_shape_lr_and_batch():
 def test_every_gpt3_catalog_size_gets_its_table_row(size):
     lr, batch_tokens = GPT3_PAPER[size]
     params = total_params(get_model("gpt3", size))
-    table = b.gpt3_table()
-    assert b.table_lr(params, table) == lr
-    assert b.table_batch_tokens(params, table) == batch_tokens
+    table = hyperparams.gpt3_table()
+    assert hyperparams.table_lr(params, table) == lr
+    assert hyperparams.table_batch_tokens(params, table) == batch_tokens
 
 
 def test_size_mode_with_cluster_reports_days_from_the_formula():
@@ -84,13 +87,13 @@ def test_default_tokens_in_size_mode_are_chinchilla():
 # ------------------------------------------------------------------ budget mode
 
 def test_budget_solve_is_the_inverse_of_training_days():
-    rate = b.ComputeRate(num_gpus=1024, peak_tflops=312, utilisation=0.36,
+    rate = bud.ComputeRate(num_gpus=1024, peak_tflops=312, utilisation=0.36,
                          utilisation_kind="mfu", flops_per_param_token=6)
     for params in (1e9, 7e9, 175e9):
-        days = b.training_days(params, 300e9, rate)
-        assert b.max_params_for_tokens(days, 300e9, rate) == pytest.approx(params, rel=1e-12)
-        chin_days = b.training_days(params, 20 * params, rate)
-        assert b.max_params_chinchilla(chin_days, 20, rate) == pytest.approx(params, rel=1e-12)
+        days = bud.training_days(params, 300e9, rate)
+        assert bud.max_params_for_tokens(days, 300e9, rate) == pytest.approx(params, rel=1e-12)
+        chin_days = bud.training_days(params, 20 * params, rate)
+        assert bud.max_params_chinchilla(chin_days, 20, rate) == pytest.approx(params, rel=1e-12)
 
 
 @pytest.mark.parametrize("gpu,nodes,days,tokens", [
@@ -101,10 +104,10 @@ def test_budget_mode_fills_the_budget_without_exceeding_it(gpu, nodes, days, tok
     assert cfg.mode == "budget"
     assert cfg.params == total_params(cfg.model)
     # inverse: the days of this exact model, at the stated formula and MFU
-    rate = b.ComputeRate(num_gpus=cfg.num_gpus, peak_tflops=cfg.peak_tflops_per_gpu,
+    rate = bud.ComputeRate(num_gpus=cfg.num_gpus, peak_tflops=cfg.peak_tflops_per_gpu,
                          utilisation=cfg.utilisation, utilisation_kind="mfu",
                          flops_per_param_token=6)
-    assert cfg.days == pytest.approx(b.training_days(cfg.params, tokens, rate), rel=1e-12)
+    assert cfg.days == pytest.approx(bud.training_days(cfg.params, tokens, rate), rel=1e-12)
     assert cfg.days <= days
     assert cfg.days >= 0.99 * days
 
@@ -151,10 +154,10 @@ def test_too_small_budget_is_infeasible_with_a_reason():
 @pytest.mark.parametrize("family", ["gpt3", "llama3"])
 @pytest.mark.parametrize("target", [3e8, 2e9, 13e9, 70e9, 175e9, 1e12])
 def test_shape_rule_respects_its_constraints(family, target):
-    rule = b.shape_rule()
-    template = b.family_template(family)
+    rule = shape.shape_rule()
+    template = shape.family_template(family)
     for at_most in (True, False):
-        model = b.shape_for_params(target, template, rule, at_most=at_most)
+        model = shape.shape_for_params(target, template, rule, at_most=at_most)
         params = total_params(model)
         assert model.head_dim == 128
         assert rule.aspect_min <= model.hidden_size / model.num_layers <= rule.aspect_max
@@ -167,49 +170,49 @@ def test_shape_rule_respects_its_constraints(family, target):
 
 
 def test_shape_rule_prefers_pipeline_friendly_depth_within_tolerance():
-    rule = b.shape_rule()
-    model = b.shape_for_params(175e9, b.family_template("gpt3"), rule)
+    rule = shape.shape_rule()
+    model = shape.shape_for_params(175e9, shape.family_template("gpt3"), rule)
     assert (model.num_layers, model.hidden_size, model.num_heads) == (96, 12288, 96)
 
 
 # ------------------------------------------------------------------ heuristics
 
 def test_lr_falls_and_batch_grows_with_model_size():
-    table = b.gpt3_table()
+    table = hyperparams.gpt3_table()
     sizes = [10 ** (8 + i / 20) for i in range(81)]  # 100M to 1T
-    lrs = [b.table_lr(n, table) for n in sizes]
-    batches = [b.table_batch_tokens(n, table) for n in sizes]
+    lrs = [hyperparams.table_lr(n, table) for n in sizes]
+    batches = [hyperparams.table_batch_tokens(n, table) for n in sizes]
     assert all(later <= earlier for earlier, later in zip(lrs, lrs[1:]))
     assert all(later >= earlier for earlier, later in zip(batches, batches[1:]))
     assert lrs[-1] < lrs[0] and batches[-1] > batches[0]
     for seq_len in (2048, 8192):
-        seqs = [b.batch_sequences(t, seq_len, 128) for t in batches]
+        seqs = [hyperparams.batch_sequences(t, seq_len, 128) for t in batches]
         assert all(later >= earlier for earlier, later in zip(seqs, seqs[1:]))
 
 
 def test_loglog_interpolation_is_geometric_between_rows():
-    assert b.interpolate_loglog(10.0, (1.0, 100.0), (4.0, 1.0)) == pytest.approx(2.0)
-    assert b.interpolate_loglog(0.5, (1.0, 100.0), (4.0, 1.0)) == 4.0
-    assert b.interpolate_loglog(1e3, (1.0, 100.0), (4.0, 1.0)) == 1.0
+    assert hyperparams.interpolate_loglog(10.0, (1.0, 100.0), (4.0, 1.0)) == pytest.approx(2.0)
+    assert hyperparams.interpolate_loglog(0.5, (1.0, 100.0), (4.0, 1.0)) == 4.0
+    assert hyperparams.interpolate_loglog(1e3, (1.0, 100.0), (4.0, 1.0)) == 1.0
 
 
 def test_batch_sequences_rounding():
-    assert b.batch_sequences(3.2e6, 2048, 128) == 1536
-    assert b.batch_sequences(0.5e6, 2048, 128) == 256
-    assert b.batch_sequences(0.5e6, 8192, 128) == 64  # not inflated to one granule
+    assert hyperparams.batch_sequences(3.2e6, 2048, 128) == 1536
+    assert hyperparams.batch_sequences(0.5e6, 2048, 128) == 256
+    assert hyperparams.batch_sequences(0.5e6, 8192, 128) == 64  # not inflated to one granule
 
 
 def test_init_std_matches_nemo_175b_and_megatron_default():
-    assert b.init_std(12288, 0.4) == pytest.approx(0.006, abs=3e-4)
-    assert b.init_std(768, 0.4) == pytest.approx(0.02, abs=4e-3)
+    assert hyperparams.init_std(12288, 0.4) == pytest.approx(0.006, abs=3e-4)
+    assert hyperparams.init_std(768, 0.4) == pytest.approx(0.02, abs=4e-3)
 
 
 def test_every_catalog_gpu_has_a_sourced_default_efficiency():
     for gpu in all_gpus():
-        value = b.default_utilisation(gpu.name, "bf16", full_recompute=False)
+        value = bud.default_utilisation(gpu.name, "bf16", full_recompute=False)
         assert 0 < value.value <= 1 and value.source
         if gpu.peak_fp8_tflops:
-            assert 0 < b.default_utilisation(gpu.name, "fp8", False).value <= 1
+            assert 0 < bud.default_utilisation(gpu.name, "fp8", False).value <= 1
 
 
 @pytest.mark.parametrize("name", ["hyperparameters", "scaling", "efficiency"])
@@ -268,10 +271,10 @@ def test_read_base_yaml_rejects_bad_files(tmp_path):
 def test_a_specific_model_name_or_file_is_size_mode(tmp_path):
     assert b.request_mode(b.BaseRequest(model="llama3-70b")) == "size"
     assert b.request_mode(b.BaseRequest(model="gpt3")) == "budget"
-    model, why = b.resolve_sized_model("configs/models/gpt3-13b.yaml", None)
+    model, why = shape.resolve_sized_model("configs/models/gpt3-13b.yaml", None)
     assert model.num_layers == 40 and "file" in why
     with pytest.raises(InputError, match="does not apply"):
-        b.resolve_sized_model("configs/models/gpt3-13b.yaml", "13b")
+        shape.resolve_sized_model("configs/models/gpt3-13b.yaml", "13b")
 
 
 def test_a_model_name_in_budget_mode_copies_its_family():

@@ -125,19 +125,11 @@ def gpus_per_node_for(gpu: GPU, gpus_per_node: int | None) -> int:
 
 
 def default_global_batch_size(model: ModelSpec, seq_len: int) -> int:
-    """The base-config heuristic's batch (autoconfig.base, as `autoconfig base` does):
-    the GPT-3 paper's batch tokens by model size, in sequences of seq_len,
-    rounded to the batch granule of heuristics/hyperparameters.yaml."""
-    try:
-        from autoconfig import base
-        from autoconfig.heuristics import heuristic
-        from autoconfig.model import total_params
-        granule = int(heuristic("hyperparameters", "batch_granule_sequences").value)
-        tokens = base.table_batch_tokens(total_params(model), base.gpt3_table())
-        return int(base.batch_sequences(tokens, seq_len, granule))
-    except (ImportError, AttributeError):
-        raise InputError("no --gbs given: pass --gbs N (sequences per step) or "
-                         "--base base.yaml") from None
+    """The base-config heuristic's batch, as `autoconfig base` chooses it: the
+    GPT-3 paper's batch tokens by model size, in sequences of seq_len."""
+    from autoconfig.hyperparams import heuristic_global_batch_size
+    from autoconfig.model import total_params
+    return heuristic_global_batch_size(total_params(model), seq_len)
 
 
 @dataclass(frozen=True)

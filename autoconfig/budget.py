@@ -1,0 +1,109 @@
+"""Compute budget: how long a model of N parameters takes on T tokens, and its inverse.
+
+C = k N T with N the exact parameter count, T training tokens and k = 6
+(Kaplan et al. 2020: forward 2N + backward 4N per token), rated against
+model-FLOPs utilisation (MFU); or k = 8 with full activation recomputation
+(one more forward, Narayanan et al. 2021 eq. 3), rated against hardware-FLOPs
+utilisation (HFU). Days = C / (GPUs x peak x utilisation x 86400); the budget
+solve is its inverse: N = days x 86400 x rate / (k T), or with Chinchilla
+tokens T = r N, N = sqrt(days x 86400 x rate / (k r)).
+"""
+
+import math
+from dataclasses import dataclass
+
+from autoconfig.errors import InputError
+from autoconfig.hardware import GPU
+from autoconfig.heuristics import Sourced, heuristic, load_heuristics, sourced_number
+
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class ComputeRate:
+    """How fast a cluster turns FLOPs of the stated formula into training."""
+
+    num_gpus: int
+    peak_tflops: float
+    """Dense peak per GPU in the training precision."""
+    utilisation: float
+    """Fraction of peak achieved: MFU for the 6NT formula, HFU for 8NT."""
+    utilisation_kind: str
+    """``mfu`` or ``hfu``."""
+    flops_per_param_token: int
+    """k in C = k N T: 6, or 8 with full recompute."""
+    utilisation_source: str = ""
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.num_gpus * self.peak_tflops * 1e12 * self.utilisation
+
+    @property
+    def formula(self) -> str:
+        return f"{self.flops_per_param_token}NT"
+
+
+def training_flops(params: float, tokens: float, rate: ComputeRate) -> float:
+    """C = k N T (k = 6, or 8 with full recompute)."""
+    return rate.flops_per_param_token * params * tokens
+
+
+def training_days(params: float, tokens: float, rate: ComputeRate) -> float:
+    """Wall-clock days to train ``params`` on ``tokens`` at ``rate``."""
+    return training_flops(params, tokens, rate) / rate.flops_per_s / SECONDS_PER_DAY
+
+
+def max_params_for_tokens(days: float, tokens: float, rate: ComputeRate) -> float:
+    """Largest N with k N T <= days x rate: the inverse of :func:`training_days`."""
+    return days * SECONDS_PER_DAY * rate.flops_per_s / (rate.flops_per_param_token * tokens)
+
+
+def max_params_chinchilla(days: float, tokens_per_param: float, rate: ComputeRate) -> float:
+    """Largest N with k N (r N) <= days x rate, T = r N tokens (Hoffmann et al. 2022)."""
+    budget = days * SECONDS_PER_DAY * rate.flops_per_s
+    return math.sqrt(budget / (rate.flops_per_param_token * tokens_per_param))
+
+
+def default_utilisation(gpu_name: str, precision: str, full_recompute: bool) -> Sourced:
+    """The published utilisation of ``heuristics/efficiency.yaml`` for this GPU."""
+    data = load_heuristics("efficiency")
+    gpus = data.get("gpus") or {}
+    entry = gpus.get(gpu_name)
+    if not isinstance(entry, dict):
+        known = ", ".join(sorted(gpus))
+        raise InputError(f"no default efficiency for GPU {gpu_name!r} (known: {known}): "
+                         "pass --mfu or --tflops-per-gpu")
+    where = f"heuristics/efficiency.yaml gpus.{gpu_name}"
+    if full_recompute and precision == "bf16" and "hfu_full_recompute" in entry:
+        return sourced_number(entry, "hfu_full_recompute", where)
+    key = f"mfu_{precision}"
+    if key not in entry:
+        raise InputError(f"no default {precision} efficiency for GPU {gpu_name!r}: "
+                         "pass --mfu or --tflops-per-gpu")
+    # Without a measured full-recompute run the same fraction of peak is assumed.
+    return sourced_number(entry, key, where)
+
+
+def compute_rate(gpu: GPU, num_gpus: int, precision: str, full_recompute: bool,
+                 mfu: float | None = None, tflops_per_gpu: float | None = None) -> ComputeRate:
+    """The cluster's rate from a given MFU, a given TFLOP/s per GPU, or the default."""
+    if mfu is not None and tflops_per_gpu is not None:
+        raise InputError("give either --mfu or --tflops-per-gpu, not both")
+    peak = gpu.peak_tflops(precision)
+    kind = "hfu" if full_recompute else "mfu"
+    if mfu is not None:
+        if not math.isfinite(mfu) or not 0 < mfu <= 1:
+            raise InputError(f"invalid --mfu {mfu}: must be a fraction in (0, 1], e.g. 0.4")
+        util, source = mfu, "given (--mfu)"
+    elif tflops_per_gpu is not None:
+        if not math.isfinite(tflops_per_gpu) or not 0 < tflops_per_gpu <= peak:
+            raise InputError(f"invalid --tflops-per-gpu {tflops_per_gpu}: must be in "
+                             f"(0, {peak:g}], the {precision} peak of {gpu.name}")
+        util, source = tflops_per_gpu / peak, f"given (--tflops-per-gpu {tflops_per_gpu:g})"
+    else:
+        default = default_utilisation(gpu.name, precision, full_recompute)
+        util, source = float(default.value), default.source
+    k = int(heuristic("scaling", "flops_per_param_token_full_recompute" if full_recompute
+                      else "flops_per_param_token").value)
+    return ComputeRate(num_gpus=num_gpus, peak_tflops=peak, utilisation=util,
+                       utilisation_kind=kind, flops_per_param_token=k, utilisation_source=source)

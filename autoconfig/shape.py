@@ -1,0 +1,201 @@
+"""Model shapes for sizes not in the catalog: the documented shape rule of
+``heuristics/scaling.yaml`` applied to a family's architecture."""
+
+import math
+from dataclasses import dataclass, replace
+
+from pathlib import Path
+
+from autoconfig.catalog import all_models, get_model, looks_like_path, model_from_yaml
+from autoconfig.errors import InfeasibleError, InputError
+from autoconfig.heuristics import load_heuristics, sourced_number
+from autoconfig.model import ModelSpec, layer_params, total_params
+from autoconfig.units import format_count, parse_count
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """How ``base`` shapes a model of a size not in the catalog (heuristics/scaling.yaml)."""
+
+    head_dim: int
+    heads_multiple: int
+    """Preferred divisor of the head count (tensor-parallel sizes)."""
+    aspect_target: float
+    """hidden / layers aimed for."""
+    aspect_min: float
+    aspect_max: float
+    ffn_multiple: int
+    layers_multiple: int
+    """Preferred divisor of the layer count (pipeline stages)."""
+    fill_tolerance: float
+    """Shapes within this fraction of the target size count as equally good."""
+
+    @property
+    def hidden_granule(self) -> int:
+        return self.head_dim
+
+
+def shape_rule() -> ShapeRule:
+    def number(key: str) -> float:
+        return sourced_number(load_heuristics("scaling"), key, "heuristics/scaling.yaml").value
+    return ShapeRule(head_dim=int(number("head_dim")),
+                     heads_multiple=int(number("heads_multiple_preferred")),
+                     aspect_target=number("aspect_ratio_target"),
+                     aspect_min=number("aspect_ratio_min"), aspect_max=number("aspect_ratio_max"),
+                     ffn_multiple=int(number("ffn_multiple")),
+                     layers_multiple=int(number("layers_multiple_preferred")),
+                     fill_tolerance=number("shape_fill_tolerance"))
+
+
+def describe_rule(rule: ShapeRule) -> str:
+    return (f"head dim {rule.head_dim}, hidden/layers in [{rule.aspect_min:g}, "
+            f"{rule.aspect_max:g}], within {100 * rule.fill_tolerance:g}% of the size prefer "
+            f"heads % {rule.heads_multiple} == 0 and layers % {rule.layers_multiple} == 0 "
+            "(heuristics/scaling.yaml)")
+
+
+def family_template(name: str) -> ModelSpec:
+    """The architecture a new size copies: the largest catalog model of the family
+    (``gpt3`` -> GPT-3 175B: GeLU, LayerNorm, learned positions; ``llama3`` ->
+    Llama 3 405B: SwiGLU, RMSNorm, RoPE, GQA), that of a named model, or a
+    user's YAML file."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return model_from_yaml(Path(name))
+    key = name.strip().lower()
+    family = [m for m in all_models() if m.family == key]
+    if not family:
+        family_of = get_model(key).family  # unknown names raise InputError here
+        family = [m for m in all_models() if m.family == family_of] or [get_model(key)]
+    return max(family, key=total_params)
+
+
+def _round_up(value: float, multiple: int) -> int:
+    return int(math.ceil(value / multiple - 1e-9)) * multiple
+
+
+def shape_with(template: ModelSpec, hidden: int, layers: int, rule: ShapeRule) -> ModelSpec:
+    """A model of ``hidden`` x ``layers`` with the template's architecture.
+
+    heads = hidden / head_dim; kv heads copied from a GQA template (kept a divisor
+    of heads), else equal to heads; ffn = the template's ffn/hidden ratio times
+    hidden, rounded up to the ffn multiple.
+    """
+    heads = hidden // rule.head_dim
+    kv = heads
+    if template.num_kv_heads < template.num_heads:
+        kv = math.gcd(heads, template.num_kv_heads)
+    ffn = _round_up(template.ffn_hidden_size / template.hidden_size * hidden, rule.ffn_multiple)
+    model = replace(template, num_layers=layers, hidden_size=hidden, num_heads=heads,
+                    num_kv_heads=kv, ffn_hidden_size=ffn)
+    label = format_count(total_params(model)).lower()
+    family = template.family or template.name
+    return replace(model, name=f"{family}-{label}", size_label=label)
+
+
+def _candidates(template: ModelSpec, target: float, rule: ShapeRule
+                ) -> list[tuple[int, int, int]]:
+    """Every (params, hidden, layers) of the rule up to twice the target:
+    hidden a multiple of the granule, hidden/layers inside the aspect band.
+    Params are linear in layers, so each width costs one exact count."""
+    found = []
+    hidden = rule.hidden_granule
+    while True:
+        low = max(1, math.ceil(hidden / rule.aspect_max))
+        high = math.floor(hidden / rule.aspect_min)
+        one = shape_with(template, hidden, 1, rule)
+        per_layer = layer_params(one)
+        fixed = total_params(one) - per_layer
+        if fixed + low * per_layer > 2 * target:
+            return found
+        found += [(fixed + layers * per_layer, hidden, layers) for layers in range(low, high + 1)
+                   if fixed + layers * per_layer <= 2 * target]
+        hidden += rule.hidden_granule
+
+
+def _divisibility(count: int, multiple: int) -> int:
+    """The largest power of two up to ``multiple`` that divides ``count``: how many
+    tensor- (heads) or pipeline- (layers) parallel sizes the shape allows."""
+    best = 1
+    while best * 2 <= multiple and count % (best * 2) == 0:
+        best *= 2
+    return best
+
+
+def shape_for_params(target: float, template: ModelSpec, rule: ShapeRule,
+                     at_most: bool = True) -> ModelSpec:
+    """The shape of the template's architecture for ``target`` parameters: the
+    largest not above it (``at_most``, the budget solve) or the closest to it.
+
+    Rule (heuristics/scaling.yaml): head dim 128, so hidden is a multiple of
+    128; hidden/layers within [aspect_min, aspect_max]. Among the shapes within
+    ``fill_tolerance`` of the target, heads divisible by heads_multiple (tensor
+    parallel sizes up to 8) win, then layers divisible by layers_multiple
+    (pipeline sizes), then the size; if none is that close, the size decides.
+    Ties go to the aspect ratio nearest aspect_target.
+    """
+    candidates = [c for c in _candidates(template, target, rule)
+                  if not at_most or c[0] <= target]
+    if not candidates:
+        smallest = shape_with(template, rule.hidden_granule,
+                              math.ceil(rule.hidden_granule / rule.aspect_max), rule)
+        raise InfeasibleError(
+            f"the budget allows only {format_count(target)} parameters, below the smallest "
+            f"shape of the rule ({format_count(total_params(smallest))}: hidden "
+            f"{smallest.hidden_size}, {smallest.num_layers} layers): give more days, GPUs "
+            "or fewer tokens, or pick a catalog model with --size")
+
+    def miss(c: tuple[int, int, int]) -> float:
+        return abs(math.log(c[0] / target))
+
+    def key(c: tuple[int, int, int]) -> tuple:
+        near = miss(c) <= rule.fill_tolerance
+        tp = _divisibility(c[1] // rule.head_dim, rule.heads_multiple) if near else 0
+        pp = _divisibility(c[2], rule.layers_multiple) if near else 0
+        aspect = abs(math.log(c[1] / c[2] / rule.aspect_target))
+        return (near, tp, pp, -miss(c), -aspect)
+
+    _, hidden, layers = max(candidates, key=key)
+    return shape_with(template, hidden, layers, rule)
+
+
+
+def _size_of(label: str) -> float | None:
+    try:
+        return parse_count(label, what="size")
+    except InputError:  # labels such as 'tiny'
+        return None
+
+
+def names_one_model(name: str) -> bool:
+    """True for a model YAML path or a catalog model name (not a multi-size family)."""
+    if looks_like_path(name):
+        return True
+    try:
+        get_model(name)
+    except InputError:
+        return False
+    return True
+
+
+def resolve_sized_model(name: str, size: str | None) -> tuple[ModelSpec, str]:
+    """A catalog model (or user YAML), or for a family size not in the catalog
+    the shape rule's closest model. Returns the model and how it was found."""
+    if looks_like_path(name):
+        if size is not None:
+            raise InputError(f"--size {size} does not apply to the model file {name}: "
+                             "its shape is in the file")
+        return get_model(name), f"model file {name}"
+    if size is None:
+        model = get_model(name)
+        return model, f"catalog model {model.name}"
+    wanted = parse_count(size, what="size")
+    key = name.strip().lower()
+    family = [m for m in all_models() if m.family == key]
+    if not family:
+        return get_model(name, size), ""  # raises the catalog's unknown-model error
+    for model in family:
+        found = _size_of(model.size_label)
+        if found is not None and math.isclose(found, wanted, rel_tol=1e-3):
+            return model, f"catalog model {model.name}"
+    model = shape_for_params(wanted, family_template(key), shape_rule(), at_most=False)
+    return model, f"closest {key} shape to {size}: {describe_rule(shape_rule())}"
