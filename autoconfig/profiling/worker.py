@@ -1,0 +1,613 @@
+"""The profiling worker: real megatron-core training steps of one plan, measured.
+
+The only module of autoconfig that imports torch and megatron-core, and only
+inside functions, so the CLI stays light. One process per rank:
+
+- torch.distributed from submitit's JobEnvironment or torchrun-style variables
+  (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); NCCL on GPUs, gloo on CPU;
+- megatron-core model-parallel state (TP, PP, VP, CP; DP is what is left);
+- one megatron-core GPTModel per virtual stage, dropout 0; on CPU the local
+  layer spec in fp32 with fusions off and the CUDA assumptions bridged
+  (cpu_bridge.py); on GPU bf16 (config.bf16 + Float16Module) with the
+  TransformerEngine spec when TE is installed, else the local spec;
+- megatron DDP + get_megatron_optimizer (Adam), distributed optimizer per plan;
+- warm-up then timed iterations of get_forward_backward_func() + optimizer.step().
+
+Weights are re-drawn after construction from (seed, global parameter name) on
+the full unsharded shape and then sharded, so every layout of the same model
+starts from the same weights and the first losses of plans agree.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+from pathlib import Path
+
+from autoconfig.model import model_flops_per_token
+from autoconfig.profiling.spec import ProfileResult, ProfileSpec
+
+ERROR_TAIL_LINES = 20
+PROCESS_GROUP_TIMEOUT_S = 600
+"""A collective that waits this long means a peer died: fail rather than hang."""
+VOCAB_PAD_MULTIPLE = 128
+"""Megatron-LM pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by)."""
+INIT_METHOD_STD = 0.02
+ADAM_LR = 1e-3
+
+
+# ---------------------------------------------------------------- one rank
+
+
+def run_task(spec: ProfileSpec) -> ProfileResult | None:
+    """Run one rank of ``spec``; rank 0 returns the result, a failing rank its failure, others None."""
+    rank, world_size, local_rank, addr, port = _dist_env(spec)
+    import torch
+
+    result = None
+    try:
+        result = _run_rank(spec, rank, world_size, local_rank, addr, port)
+    except torch.OutOfMemoryError:
+        result = ProfileResult.failed(spec, "oom", _error_tail(), world_size)
+    except Exception:  # noqa: BLE001 - any failure becomes a record, never a crash
+        result = ProfileResult.failed(spec, "error", _error_tail(), world_size)
+    finally:
+        _teardown()
+    if result is not None and (rank == 0 or result.status != "ok"):
+        return result
+    return None
+
+
+def _dist_env(spec: ProfileSpec) -> tuple[int, int, int, str, int]:
+    """(rank, world size, local rank, master address, master port) of this process.
+
+    Explicit torchrun-style RANK/WORLD_SIZE win (run_local_processes sets them,
+    even inside a SLURM allocation); else submitit's JobEnvironment; else one rank.
+    """
+    if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        import submitit
+
+        try:
+            env = submitit.JobEnvironment()
+        except RuntimeError:   # neither submitit nor torchrun: a single rank
+            pass
+        else:
+            # The launcher puts the rendezvous (first node, a per-job port) in the spec.
+            return (env.global_rank, env.num_tasks, env.local_rank, spec.master_addr,
+                    spec.master_port)
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)), os.environ.get("MASTER_ADDR", spec.master_addr),
+            int(os.environ.get("MASTER_PORT", spec.master_port)))
+
+
+def _error_tail() -> str:
+    return "\n".join(traceback.format_exc().strip().splitlines()[-ERROR_TAIL_LINES:])
+
+
+def _teardown() -> None:
+    import torch
+
+    with contextlib.suppress(Exception):
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+    if torch.distributed.is_initialized():
+        with contextlib.suppress(Exception):
+            torch.distributed.destroy_process_group()
+
+
+def _run_rank(spec: ProfileSpec, rank: int, world_size: int, local_rank: int,
+              addr: str, port: int) -> ProfileResult:
+    import datetime
+
+    import torch
+
+    if spec.world_size != world_size:
+        raise ValueError(f"plan needs {spec.world_size} ranks (tp*pp*cp*dp) but the job has "
+                         f"{world_size}")
+    if spec.device == "cuda":
+        torch.cuda.set_device(local_rank)
+    torch.distributed.init_process_group(
+        backend="nccl" if spec.device == "cuda" else "gloo", rank=rank, world_size=world_size,
+        init_method=f"tcp://{addr}:{port}",
+        timeout=datetime.timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
+    if spec.device == "cpu":
+        from autoconfig.profiling.cpu_bridge import cpu_bridge
+
+        bridge = cpu_bridge()
+    else:
+        bridge = contextlib.nullcontext()
+    with bridge:
+        return _train_and_measure(spec, world_size)
+
+
+def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    plan = spec.plan
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
+        virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
+        context_parallel_size=plan.cp)
+    torch.manual_seed(spec.seed)
+    model_parallel_cuda_manual_seed(spec.seed)
+
+    config = _transformer_config(spec)
+    chunks = _build_model(spec, config)
+    optimizer = _build_optimizer(spec, config, chunks)
+    microbatches = _microbatches_of_this_rank(spec)
+    forward_backward = get_forward_backward_func()
+    step_times, losses = [], []
+    for _ in range(spec.warmup_steps + spec.timed_steps):
+        seconds, loss_sum_and_tokens = _one_step(spec, chunks, optimizer, forward_backward,
+                                                 microbatches)
+        step_times.append(seconds)
+        losses.append(loss_sum_and_tokens)
+    return _aggregate(spec, world_size, step_times, losses)
+
+
+# ---------------------------------------------------------------- model
+
+
+def _transformer_config(spec: ProfileSpec):
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    m, plan, on_gpu = spec.model, spec.plan, spec.device == "cuda"
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    recompute = {}
+    if plan.recompute == "selective":
+        recompute = {"recompute_granularity": "selective"}
+    elif plan.recompute == "full":
+        layers_per_chunk = m.num_layers // (plan.pp * plan.vp)
+        if plan.recompute_method == "block":
+            # 0 = every layer of the stage; more than the chunk holds is clamped.
+            count = min(plan.recompute_num_layers or layers_per_chunk, layers_per_chunk)
+        else:
+            # uniform: checkpoint groups of N layers (every layer is recomputed); 0 -> 1 per group.
+            count = min(plan.recompute_num_layers or 1, layers_per_chunk)
+        recompute = {"recompute_granularity": "full", "recompute_method": plan.recompute_method,
+                     "recompute_num_layers": count}
+    gated = m.mlp_kind == "swiglu"
+    return TransformerConfig(
+        num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
+        num_query_groups=m.num_kv_heads, ffn_hidden_size=m.ffn_hidden_size,
+        tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
+        virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
+        context_parallel_size=plan.cp, sequence_parallel=plan.sp,
+        hidden_dropout=0.0, attention_dropout=0.0,
+        gated_linear_unit=gated, activation_func=F.silu if gated else F.gelu,
+        normalization="RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm",
+        add_bias_linear=m.has_bias, init_method_std=INIT_METHOD_STD,
+        bf16=on_gpu, params_dtype=dtype, pipeline_dtype=dtype,
+        # Batched p2p pairs sends wrongly with virtual stages when both pipeline
+        # neighbours are the same rank (PP=2): wrong losses, no error.
+        batch_p2p_comm=plan.vp == 1,
+        # As Megatron-LM does; its backward calls the autograd engine directly, which
+        # also keeps the CPU bridge's function mode active in the recompute forward.
+        deallocate_pipeline_outputs=True,
+        use_cpu_initialization=not on_gpu,
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=on_gpu and not gated and m.has_bias,
+        masked_softmax_fusion=False, bias_dropout_fusion=on_gpu, apply_rope_fusion=False,
+        persist_layer_norm=False, **recompute)
+
+
+def _layer_spec(spec: ProfileSpec):
+    """Local (non-TransformerEngine) GPT layer with a norm that supports sequence parallel."""
+    from dataclasses import replace
+
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    norm_cls = _sequence_parallel_norm_class()
+    layer = get_gpt_layer_local_spec(
+        normalization="RMSNorm" if spec.model.norm_kind == "rmsnorm" else "LayerNorm")
+    submodules = replace(layer.submodules, input_layernorm=norm_cls, pre_mlp_layernorm=norm_cls)
+    return replace(layer, submodules=submodules), norm_cls
+
+
+def _transformer_engine_layer_spec():
+    """On GPUs with TransformerEngine installed, its layer spec (fused norms, flash
+    attention), as real Megatron-LM runs use; None without it (local spec, unfused
+    attention: slower and more memory than a production run)."""
+    try:
+        import transformer_engine  # noqa: F401
+        from megatron.core.models.gpt.gpt_layer_specs import (
+            get_gpt_layer_with_transformer_engine_spec)
+    except ImportError:
+        return None
+    return get_gpt_layer_with_transformer_engine_spec()
+
+
+def _sequence_parallel_norm_class():
+    """torch LayerNorm/RMSNorm whose params are tagged for sequence parallel.
+
+    megatron-core's WrappedTorchNorm refuses sequence parallel; Apex's fused norm
+    tags its parameters ``sequence_parallel=True`` so finalize_model_grads
+    all-reduces their grads across TP. Doing the same with torch's norm gives the
+    same losses as TP without SP.
+    """
+    import torch
+
+    class SequenceParallelTorchNorm:
+        # A class, not a function: megatron's build_module calls classes but
+        # returns plain functions uncalled. __new__ returns the torch module.
+        def __new__(cls, config, hidden_size, eps=1e-5, **_unused):
+            if config.normalization == "RMSNorm":
+                norm = torch.nn.RMSNorm(hidden_size, eps=eps, dtype=config.params_dtype)
+            else:
+                norm = torch.nn.LayerNorm(hidden_size, eps=eps, dtype=config.params_dtype)
+            for param in norm.parameters():
+                param.sequence_parallel = config.sequence_parallel
+            return norm
+
+    return SequenceParallelTorchNorm
+
+
+def _padded_vocab(spec: ProfileSpec) -> int:
+    multiple = VOCAB_PAD_MULTIPLE * spec.plan.tp
+    return -(-spec.model.vocab_size // multiple) * multiple
+
+
+def _build_model(spec: ProfileSpec, config) -> list:
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules, get_num_layers_to_build)
+
+    m, plan = spec.model, spec.plan
+    te_spec = _transformer_engine_layer_spec() if spec.device == "cuda" else None
+    layer_spec, norm_cls = _layer_spec(spec)
+    chunks = []
+    for vp_stage in range(plan.vp):
+        stage = vp_stage if plan.vp > 1 else None
+        block = te_spec or TransformerBlockSubmodules(
+            layer_specs=[layer_spec] * get_num_layers_to_build(config, vp_stage=stage),
+            layer_norm=norm_cls)
+        model = GPTModel(
+            config=config, transformer_layer_spec=block, vocab_size=_padded_vocab(spec),
+            max_sequence_length=spec.workload.seq_len,
+            pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage),
+            post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage),
+            share_embeddings_and_output_weights=m.tied_embeddings,
+            position_embedding_type="rope" if m.position_embedding == "rope" else "learned_absolute",
+            vp_stage=stage)
+        if spec.device == "cuda":
+            model.cuda(torch.cuda.current_device())
+        _redraw_weights(spec, config, model, stage)
+        chunks.append(model)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=spec.device == "cuda",
+        use_distributed_optimizer=plan.distributed_optimizer)
+    wrapped = []
+    for index, model in enumerate(chunks):
+        if spec.device == "cuda":
+            model = Float16Module(config, model)
+        # Megatron-LM buckets only the first chunk's grads with virtual stages.
+        wrapped.append(DistributedDataParallel(config, ddp_config, model,
+                                               disable_bucketing=index > 0))
+    for model in wrapped:
+        model.broadcast_params()
+    return wrapped
+
+
+def _redraw_weights(spec: ProfileSpec, config, model, vp_stage) -> None:
+    """Draw every matrix from (seed, global name) on its full shape, then keep this rank's shard.
+
+    Megatron's own init depends on the layout (each pipeline stage starts from
+    the same RNG state), so PP1 and PP2 would start from different weights.
+    Vectors (norm weights, biases) are deterministic already and are kept.
+    """
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    scaled_std = INIT_METHOD_STD / (2.0 * spec.model.num_layers) ** 0.5
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() < 2:
+                continue
+            key = _global_name(name, offset, spec.model.tied_embeddings)
+            std = scaled_std if key.endswith(("linear_proj.weight", "linear_fc2.weight")) \
+                else INIT_METHOD_STD
+            partitioned = getattr(param, "tensor_model_parallel", False) and tp > 1
+            dim = getattr(param, "partition_dim", 0)
+            shape = list(param.shape)
+            if partitioned:
+                shape[dim] *= tp
+            generator = torch.Generator(device=param.device)
+            generator.manual_seed(zlib.crc32(f"{spec.seed}:{key}".encode()))
+            full = torch.empty(shape, dtype=torch.float32, device=param.device)
+            full.normal_(0.0, std, generator=generator)
+            if partitioned and config.gated_linear_unit and key.endswith("linear_fc1.weight"):
+                # Each TP rank holds [gate shard; up shard], not a contiguous slice.
+                gate, up = full.chunk(2, dim=0)
+                shard = torch.cat([gate.chunk(tp, dim=0)[tp_rank], up.chunk(tp, dim=0)[tp_rank]])
+            elif partitioned:
+                shard = full.chunk(tp, dim=dim)[tp_rank]
+            else:
+                shard = full
+            param.copy_(shard)
+
+
+def _global_name(name: str, layer_offset: int, tied: bool) -> str:
+    """Parameter name with the global layer index; a tied output layer is the embedding."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "decoder" and parts[1] == "layers":
+        parts[2] = str(int(parts[2]) + layer_offset)
+    name = ".".join(parts)
+    if tied and name == "output_layer.weight":
+        return "embedding.word_embeddings.weight"
+    return name
+
+
+def _build_optimizer(spec: ProfileSpec, config, chunks):
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    on_gpu = spec.device == "cuda"
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=ADAM_LR, weight_decay=0.0, clip_grad=1.0,
+                        bf16=on_gpu, params_dtype=config.params_dtype,
+                        use_distributed_optimizer=spec.plan.distributed_optimizer),
+        chunks)
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = optimizer.scale_loss
+    if spec.device == "cuda":  # overlap_grad_reduce is on: let the schedule drive grad sync
+        no_sync = [chunk.no_sync for chunk in chunks]
+        config.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
+    return optimizer
+
+
+# ---------------------------------------------------------------- data and steps
+
+
+def _microbatches_of_this_rank(spec: ProfileSpec) -> list[dict]:
+    """Synthetic tokens: the global batch drawn from the seed, sliced by DP rank, then
+    micro-batch, then (with context parallel) sequence chunk. Same data for every plan."""
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.utils import get_batch_on_this_cp_rank
+
+    plan, seq = spec.plan, spec.workload.seq_len
+    gbs = spec.workload.global_batch_size
+    if gbs % (plan.mbs * plan.dp):
+        raise ValueError(f"global batch {gbs} is not divisible by mbs*dp = {plan.mbs * plan.dp}")
+    generator = torch.Generator().manual_seed(spec.seed)
+    tokens = torch.randint(0, spec.model.vocab_size, (gbs, seq + 1), generator=generator)
+    device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" \
+        else torch.device("cpu")
+    per_rank = gbs // plan.dp
+    dp_rank = parallel_state.get_data_parallel_rank()
+    mine = tokens[dp_rank * per_rank:(dp_rank + 1) * per_rank]
+    positions = torch.arange(seq).unsqueeze(0).expand(plan.mbs, seq)
+    batches = []
+    for start in range(0, per_rank, plan.mbs):
+        rows = mine[start:start + plan.mbs]
+        batch = {"tokens": rows[:, :-1].contiguous(), "labels": rows[:, 1:].contiguous(),
+                 "position_ids": positions.contiguous()}
+        batch = get_batch_on_this_cp_rank(batch)
+        batches.append({k: v.to(device) for k, v in batch.items()})
+    return batches
+
+
+def _forward_step(data_iterator, model):
+    import torch
+
+    batch = next(data_iterator)
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+
+    def loss_func(output_tensor):
+        per_token = output_tensor.float()
+        total = per_token.sum()
+        count = torch.tensor(per_token.numel(), dtype=torch.int, device=per_token.device)
+        # The schedule divides ``total`` in place: report a clone.
+        return total, count, {"loss_sum": total.detach().clone(), "tokens": count.clone()}
+
+    return output, loss_func
+
+
+def _one_step(spec: ProfileSpec, chunks, optimizer, forward_backward, microbatches):
+    """One optimizer step; (seconds, (loss sum, tokens) seen by this rank's last stage)."""
+    plan = spec.plan
+    iterators = [iter(microbatches) for _ in chunks]
+    _synchronize(spec)
+    start = time.perf_counter()
+    for chunk in chunks:
+        chunk.zero_grad_buffer()
+    optimizer.zero_grad()
+    reported = forward_backward(
+        forward_step_func=_forward_step,
+        data_iterator=iterators if len(chunks) > 1 else iterators[0],
+        model=chunks if len(chunks) > 1 else chunks[0],
+        num_microbatches=len(microbatches), seq_length=spec.workload.seq_len,
+        micro_batch_size=plan.mbs, forward_only=False)
+    optimizer.step()
+    _synchronize(spec)
+    seconds = time.perf_counter() - start
+    loss_sum = sum(float(r["loss_sum"]) for r in reported)
+    tokens = sum(int(r["tokens"]) for r in reported)
+    return seconds, (loss_sum, tokens)
+
+
+def _synchronize(spec: ProfileSpec) -> None:
+    import torch
+
+    if spec.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
+               losses: list[tuple[float, int]]) -> ProfileResult:
+    """Reduce over ranks: iteration time and memory by max, losses by token-weighted mean."""
+    import torch
+
+    device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" \
+        else torch.device("cpu")
+    times = torch.tensor(step_times, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(times, op=torch.distributed.ReduceOp.MAX)
+    # Every TP rank of the last stage holds the same loss: the factor cancels in sum/tokens.
+    sums = torch.tensor([[s, n] for s, n in losses], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(sums)
+    memory = torch.tensor([_peak_memory_bytes(spec)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(memory, op=torch.distributed.ReduceOp.MAX)
+
+    iteration_times = tuple(float(t) for t in times.tolist())
+    step_time = statistics.median(iteration_times[spec.warmup_steps:])
+    tokens_per_step = spec.workload.tokens_per_step
+    tokens_per_s_per_gpu = tokens_per_step / step_time / world_size
+    flops = model_flops_per_token(spec.model, spec.workload.seq_len)
+    return ProfileResult(
+        plan=spec.plan, status="ok", device=spec.device, world_size=world_size,
+        step_time_s=step_time, iteration_times_s=iteration_times,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+        model_tflops_per_gpu=flops * tokens_per_s_per_gpu / 1e12,
+        peak_memory_bytes=int(memory.item()),
+        losses=tuple(float(s / n) for s, n in sums.tolist()), model_name=spec.model.name)
+
+
+def _peak_memory_bytes(spec: ProfileSpec) -> int:
+    import torch
+
+    if spec.device == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024   # KiB on Linux
+
+
+# ---------------------------------------------------------------- local launch
+
+
+def run_local_processes(spec: ProfileSpec, world_size: int, timeout_s: float) -> ProfileResult:
+    """Start ``world_size`` ranks as local processes (torchrun-style env) and return rank 0's result.
+
+    A rank that fails ends the job at once with its own record; past ``timeout_s``
+    every rank is killed and the record says "timeout".
+    """
+    with tempfile.TemporaryDirectory(prefix="autoconfig-profile-") as folder:
+        out = Path(folder)
+        procs = _start_ranks(spec, world_size, out)
+        deadline = time.monotonic() + timeout_s
+        try:
+            return _wait_for_ranks(spec, world_size, procs, out, deadline, timeout_s)
+        finally:
+            for proc in procs:
+                _kill_group(proc)
+
+
+def _start_ranks(spec: ProfileSpec, world_size: int, out: Path) -> list:
+    port = _free_port()
+    threads = max(1, (os.cpu_count() or 1) // world_size)
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        if spec.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", str(threads))
+        log = open(out / f"rank{rank}.log", "wb")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "autoconfig.profiling.worker", "--spec-json", spec.to_json(),
+             "--result-dir", str(out)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+    return procs
+
+
+def _wait_for_ranks(spec, world_size, procs, out: Path, deadline: float, timeout_s: float):
+    while True:
+        codes = [proc.poll() for proc in procs]
+        first_failure = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
+        if all(c is not None for c in codes) or first_failure is not None:
+            if first_failure is not None and codes[0] is None:
+                time.sleep(1.0)   # give rank 0 a moment to record its own view
+            return _collect(spec, world_size, out, codes, first_failure)
+        if time.monotonic() > deadline:
+            return ProfileResult.failed(
+                spec, "timeout", f"no result after {timeout_s:g} s; rank 0 log tail:\n"
+                + _log_tail(out / "rank0.log"), world_size)
+        time.sleep(0.2)
+
+
+def _collect(spec, world_size, out: Path, codes, first_failure) -> ProfileResult:
+    for rank in [0] + ([first_failure] if first_failure else []):
+        path = out / f"result-rank{rank}.json"
+        if path.exists():
+            result = ProfileResult.from_dict(json.loads(path.read_text()))
+            if rank == 0 and result.status == "ok" and first_failure is not None:
+                continue
+            return result
+    rank = first_failure if first_failure is not None else 0
+    return ProfileResult.failed(
+        spec, "error", f"rank {rank} exited with code {codes[rank]} and no record; log tail:\n"
+        + _log_tail(out / f"rank{rank}.log"), world_size)
+
+
+def _log_tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    lines = path.read_text(errors="replace").strip().splitlines()
+    return "\n".join(lines[-ERROR_TAIL_LINES:])
+
+
+def _kill_group(proc) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m autoconfig.profiling.worker --spec-json JSON [--result-dir DIR]``: one rank."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec-json", required=True, help="ProfileSpec.to_json() text")
+    parser.add_argument("--result-dir", help="write result-rank<R>.json here (rank 0, or a failure)")
+    args = parser.parse_args(argv)
+    spec = ProfileSpec.from_json(args.spec_json)
+    result = run_task(spec)
+    if result is None:
+        return 0
+    text = json.dumps(result.to_dict())
+    if args.result_dir:
+        rank = int(os.environ.get("RANK", 0))
+        path = Path(args.result_dir) / f"result-rank{rank}.json"
+        partial = path.with_suffix(".tmp")
+        partial.write_text(text)
+        partial.replace(path)   # atomic: the launcher never reads half a record
+    else:
+        print(text)
+    return 0 if result.status == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
