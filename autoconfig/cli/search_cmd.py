@@ -13,6 +13,8 @@ import click
 from tabulate import tabulate
 
 from autoconfig import catalog
+from autoconfig.cli.profile_opts import (pop_profile_options, profile_options,
+                                         ranked_from_search, run_profiling)
 from autoconfig.errors import InputError
 from autoconfig.hardware import GPU, Cluster
 from autoconfig.model import ModelSpec
@@ -261,16 +263,21 @@ def narrowing_options(func):
 @click.option("--objective", type=click.Choice(["throughput", "memory"]), default="throughput",
               show_default=True, help="Rank by step time or by memory per GPU.")
 @click.option("--top", type=int, default=10, show_default=True, help="Plans to print.")
+@profile_options
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Report folder (default ./autoconfig-out/<model>-<gpu>-<nodes>n).")
 def search(**options) -> None:
     """Rank every valid parallel layout (TP/PP/VP/CP/DP/SP, micro-batch,
     recompute, distributed optimizer) by predicted step time; plans that do
     not fit in GPU memory are pruned. Writes plans.csv, report.md, best.yaml,
-    megatron_args.sh and nemo_overrides.txt."""
+    megatron_args.sh and nemo_overrides.txt. With --profile, runs short real
+    training jobs for the top plans and ranks them by what they measured."""
     from autoconfig.report import write_report
+    profiling = pop_profile_options(options)
     inputs = inputs_from_options(**options)
     result = run_search(inputs)
     files = write_report(result, inputs.output_dir, top=inputs.top)
     click.echo(render_search(result, inputs.top, files))
+    run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
+                  profiling, inputs.output_dir)
 

@@ -1,0 +1,237 @@
+"""The profiling report: measured beside predicted, failures with their reason.
+
+Built only from a results directory (``plans.csv``, ``results.jsonl``,
+``meta.json``), so ``autoconfig report DIR`` can rebuild it at any time. It
+never fails on odd content: an empty or all-failed store gives a report that
+says so and what to change.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from autoconfig.plan import PLAN_FIELDS, Plan
+from autoconfig.profiling import store
+from autoconfig.profiling.rank import rank_measured
+
+REPORT_CSV = "profile_report.csv"
+REPORT_MD = "profile_report.md"
+GIB = 1024 ** 3
+
+CPU_NOTE = ("CPU run: every plan ran on a scaled-down proxy of the model on CPU (gloo). These figures "
+            "rank plans against each other and prove they run; they are NOT GPU figures, so no "
+            "error against the GPU prediction is given.")
+
+ADVICE = {
+    "oom": "out of memory: profile plans with more recompute, a smaller micro-batch or more TP/PP "
+           "(or search with --recompute full --mbs 1)",
+    "timeout": "time limit hit: raise --max-minutes/--time-limit or lower --max-steps/--warmup-steps",
+    "error": "jobs raised: read the error lines above; check that torch and megatron-core are "
+             "installed where the jobs run (pip install -e '.[profile]') and try --device cpu",
+    "cancelled": "jobs were cancelled: re-run the same command with --resume DIR to finish them",
+    "node_fail": "a node failed: exclude it (--slurm-extra exclude=NODE) and --resume DIR",
+}
+
+
+def _plan_of(row: dict) -> Plan | None:
+    try:
+        return store.plan_from_record(row)
+    except Exception:  # noqa: BLE001 - a malformed row is skipped, not fatal
+        return None
+
+
+def build_table(out_dir: Path, objective: str = "throughput") -> pd.DataFrame:
+    """One row per profiled (or selected) plan: measured, predicted, error."""
+    out_dir = Path(out_dir)
+    plans = store.load_plans(out_dir)
+    results = store.load_results(out_dir)
+    predicted: dict[Plan, dict] = {}
+    for row in plans.to_dict("records"):
+        plan = _plan_of(row)
+        if plan is not None:
+            predicted[plan] = row
+    rows = []
+    seen = set()
+    for row in results.to_dict("records"):
+        plan = _plan_of(row)
+        if plan is None:
+            continue
+        seen.add(plan)
+        rows.append(_row(plan, row, predicted.get(plan, {})))
+    for plan, pred in predicted.items():
+        if plan not in seen and _truthy(pred.get("selected", False)):
+            rows.append(_row(plan, {"status": "not run", "error": ""}, pred))
+    table = pd.DataFrame(rows, columns=_COLUMNS)
+    table["_row"] = np.arange(len(table))
+    ranked = rank_measured(table, objective)
+    table = table.merge(ranked[["_row", "measured_rank"]], on="_row", how="left").drop(columns="_row")
+    table["measured_rank"] = table["measured_rank"].astype("Int64")
+    order = np.lexsort((table["predicted_rank"].fillna(np.inf).to_numpy(dtype=float),
+                        table["measured_rank"].astype("Float64").fillna(np.inf).to_numpy(dtype=float)))
+    table = table.iloc[order].reset_index(drop=True)
+    return table[["measured_rank"] + _COLUMNS]
+
+
+_COLUMNS = ["predicted_rank", "plan", *PLAN_FIELDS, "status", "device", "world_size",
+            "step_time_s", "predicted_step_time_s", "step_time_error_pct",
+            "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "tokens_error_pct",
+            "model_tflops_per_gpu", "peak_memory_gib", "predicted_memory_gib",
+            "first_loss", "error"]
+
+
+def _row(plan: Plan, result: dict, pred: dict) -> dict:
+    device = result.get("device") or ""
+    step = _num(result.get("step_time_s"))
+    tokens = _num(result.get("tokens_per_s_per_gpu"))
+    pred_step = _num(pred.get("predicted_step_time_s"))
+    pred_tokens = _num(pred.get("predicted_tokens_per_s_per_gpu"))
+    comparable = device == "cuda"
+    losses = result.get("losses") or []
+    peak = _num(result.get("peak_memory_bytes"))
+    row = {name: getattr(plan, name) for name in PLAN_FIELDS}
+    row.update(
+        predicted_rank=_num(pred.get("predicted_rank")), plan=plan_label(plan),
+        status=result.get("status", "error"), device=device,
+        world_size=result.get("world_size"),
+        step_time_s=step, predicted_step_time_s=pred_step,
+        step_time_error_pct=_error_pct(step, pred_step) if comparable else None,
+        tokens_per_s_per_gpu=tokens, predicted_tokens_per_s_per_gpu=pred_tokens,
+        tokens_error_pct=_error_pct(tokens, pred_tokens) if comparable else None,
+        model_tflops_per_gpu=_num(result.get("model_tflops_per_gpu")),
+        peak_memory_gib=None if peak is None else peak / GIB,
+        predicted_memory_gib=_num(pred.get("predicted_memory_gib")),
+        first_loss=_num(losses[0]) if isinstance(losses, list) and losses else None,
+        error=_one_line(result.get("error") or ""),
+    )
+    return row
+
+
+def plan_label(plan: Plan) -> str:
+    """A short human label (display only; the store keys on the fields)."""
+    parts = [f"tp{plan.tp}", f"pp{plan.pp}"]
+    if plan.vp > 1:
+        parts.append(f"vp{plan.vp}")
+    if plan.cp > 1:
+        parts.append(f"cp{plan.cp}")
+    parts += [f"dp{plan.dp}", f"mbs{plan.mbs}"]
+    if plan.sp:
+        parts.append("sp")
+    if plan.recompute != "none":
+        rc = plan.recompute
+        if plan.recompute == "full":
+            rc += f"-{plan.recompute_method}" + (f"{plan.recompute_num_layers}"
+                                                 if plan.recompute_num_layers else "")
+        parts.append(f"rc:{rc}")
+    if plan.distributed_optimizer:
+        parts.append("distopt")
+    return " ".join(parts)
+
+
+def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
+    lines = ["# Profiling report", ""]
+    what = meta.get("model_name") or meta.get("model", {}).get("name", "?")
+    ran = meta.get("proxy_model_name")
+    lines.append(f"Model {what}" + (f" (ran as proxy {ran})" if ran else "") +
+                 f", device {meta.get('device', '?')}, executor {meta.get('executor', '?')}, "
+                 f"objective {objective} "
+                 f"({'tokens/s per GPU, highest first' if objective == 'throughput' else 'step time, lowest first'}).")
+    lines.append("")
+    if meta.get("device") == "cpu" or (not table.empty and (table["device"] == "cpu").any()):
+        lines += [f"> {CPU_NOTE}", ""]
+    ok = table[table["status"] == "ok"]
+    failed = table[~table["status"].isin(["ok", "not run"])]
+    pending = table[table["status"] == "not run"]
+    lines.append(f"{len(table)} plans: {len(ok)} ok, {len(failed)} failed, {len(pending)} not run yet.")
+    lines.append("")
+    if len(ok):
+        lines += ["## Measured ranking", ""]
+        head = ["rank", "predicted rank", "plan", "step time s (pred)", "err %",
+                "tokens/s/GPU (pred)", "err %", "TFLOP/s/GPU", "peak GiB (pred)", "first loss"]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for _, r in ok.iterrows():
+            lines.append("| " + " | ".join([
+                _fmt(r["measured_rank"], "d"), _fmt(r["predicted_rank"], "d"), r["plan"],
+                f"{_fmt(r['step_time_s'], '.4g')} ({_fmt(r['predicted_step_time_s'], '.4g')})",
+                _fmt(r["step_time_error_pct"], "+.1f"),
+                f"{_fmt(r['tokens_per_s_per_gpu'], '.4g')} ({_fmt(r['predicted_tokens_per_s_per_gpu'], '.4g')})",
+                _fmt(r["tokens_error_pct"], "+.1f"), _fmt(r["model_tflops_per_gpu"], ".3g"),
+                f"{_fmt(r['peak_memory_gib'], '.3g')} ({_fmt(r['predicted_memory_gib'], '.3g')})",
+                _fmt(r["first_loss"], ".5g")]) + " |")
+        lines.append("")
+        best = ok.iloc[0]
+        lines += [f"Fastest measured: **{best['plan']}**"
+                  + (f" (predicted rank {int(best['predicted_rank'])})."
+                     if pd.notna(best["predicted_rank"]) else "."), ""]
+    if len(failed):
+        lines += ["## Failures", "", "| plan | status | reason |", "|---|---|---|"]
+        for _, r in failed.iterrows():
+            lines.append(f"| {r['plan']} | {r['status']} | {_md(r['error']) or '-'} |")
+        lines.append("")
+    if len(pending):
+        lines += ["## Not run yet", "", "Re-run with `--resume DIR` to profile: " +
+                  ", ".join(pending["plan"]) + ".", ""]
+    if not len(ok):
+        lines += ["## No plan ran successfully", ""]
+        if table.empty:
+            lines.append("No profiling job has reported yet: check that jobs were submitted "
+                         "(the jobs/ folder holds their logs) and re-run with --resume DIR.")
+        else:
+            lines.append(f"Every one of the {len(failed)} profiling jobs failed. What to change:")
+            for status in sorted(set(failed["status"])):
+                lines.append(f"- {status} ({int((failed['status'] == status).sum())}): "
+                             f"{ADVICE.get(status, ADVICE['error'])}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(out_dir: Path, objective: str | None = None) -> tuple[Path, Path, pd.DataFrame]:
+    """Write profile_report.csv and profile_report.md into ``out_dir``."""
+    out_dir = Path(out_dir)
+    meta = store.load_meta(out_dir)
+    objective = objective or meta.get("objective", "throughput")
+    table = build_table(out_dir, objective)
+    csv_path, md_path = out_dir / REPORT_CSV, out_dir / REPORT_MD
+    table.to_csv(csv_path, index=False)
+    md_path.write_text(render_markdown(table, meta, objective))
+    return csv_path, md_path, table
+
+
+def _num(value) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(out) else out
+
+
+def _truthy(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value) and not (isinstance(value, float) and np.isnan(value))
+
+
+def _error_pct(measured: float | None, predicted: float | None) -> float | None:
+    """(predicted - measured) / measured, in percent."""
+    if measured is None or predicted is None or measured == 0:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return "-"
+    try:
+        return format(int(value) if spec == "d" else float(value), spec)
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,151 @@
+"""The results directory of one profiling sweep.
+
+Layout (all pandas-readable):
+- ``plans.csv``: the candidate plans with their predictions, written first;
+- ``results.jsonl``: one JSON record per profiled plan, appended as it arrives;
+- ``meta.json``: model, workload, cluster and device of the sweep.
+
+Records are keyed by the plan's own fields (``autoconfig.plan.Plan``), never by
+a directory or file name parsed back. A record is one ``write`` of one line,
+flushed and fsync'ed, so a crash leaves at most a torn last line, which
+``load_results`` skips. The latest record of a plan wins.
+"""
+
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+
+import pandas as pd
+
+from autoconfig.plan import PLAN_FIELDS, Plan
+
+PLANS_FILE = "plans.csv"
+RESULTS_FILE = "results.jsonl"
+META_FILE = "meta.json"
+
+FINAL_STATUSES = ("ok", "oom", "error", "timeout")
+"""Outcomes that belong to the plan itself. ``cancelled`` and ``node_fail``
+come from outside the plan, so a resumed sweep runs those plans again."""
+
+RESULT_FIELDS = ("status", "device", "world_size", "step_time_s", "iteration_times_s",
+                 "tokens_per_s_per_gpu", "model_tflops_per_gpu", "peak_memory_bytes",
+                 "losses", "error", "model_name")
+
+
+def plan_key(plan: Plan) -> tuple:
+    """The plan's field values in declaration order: the store's key."""
+    return tuple(getattr(plan, name) for name in PLAN_FIELDS)
+
+
+def plan_from_record(record: dict) -> Plan:
+    """Rebuild a Plan from the plan fields of a record (other keys ignored)."""
+    kwargs = {}
+    for f in fields(Plan):
+        value = record[f.name]
+        kwargs[f.name] = bool(value) if f.type in (bool, "bool") else (
+            int(value) if f.type in (int, "int") else value)
+    return Plan(**kwargs)
+
+
+def result_record(result, **extra) -> dict:
+    """A flat JSON-ready record of a ProfileResult: plan fields, then outcome fields.
+
+    Flat so that ``pd.read_json(path, lines=True)`` gives one column per field.
+    """
+    record = {name: getattr(result.plan, name) for name in PLAN_FIELDS}
+    for name in RESULT_FIELDS:
+        value = getattr(result, name, None)
+        record[name] = list(value) if isinstance(value, tuple) else value
+    record.update(extra)
+    return record
+
+
+def write_plans(out_dir: Path, plans_df: pd.DataFrame, meta: dict) -> None:
+    """Write the candidate table and sweep metadata (atomically, temp + rename)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out_dir / PLANS_FILE, plans_df.to_csv(index=False))
+    _atomic_write(out_dir / META_FILE, json.dumps(meta, indent=2, sort_keys=True, default=str))
+
+
+def append_record(out_dir: Path, record: dict) -> None:
+    """Append one record as one line: a single write, flushed and fsync'ed."""
+    line = json.dumps(record, sort_keys=False, default=_json_default) + "\n"
+    path = out_dir / RESULTS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_records(out_dir: Path) -> list[dict]:
+    """Every readable record in arrival order (a torn last line is skipped)."""
+    path = Path(out_dir) / RESULTS_FILE
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def load_results(out_dir: Path) -> pd.DataFrame:
+    """The latest record of each plan as a DataFrame (empty with plan columns if none)."""
+    records = load_records(out_dir)
+    if not records:
+        return pd.DataFrame(columns=list(PLAN_FIELDS) + list(RESULT_FIELDS))
+    latest: dict[tuple, dict] = {}
+    for record in records:
+        latest[plan_key(plan_from_record(record))] = record
+    return pd.DataFrame(list(latest.values()))
+
+
+def load_plans(out_dir: Path) -> pd.DataFrame:
+    path = Path(out_dir) / PLANS_FILE
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=list(PLAN_FIELDS))
+
+
+def load_meta(out_dir: Path) -> dict:
+    path = Path(out_dir) / META_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def finished_plans(out_dir: Path) -> set[Plan]:
+    """Plans whose latest record has a final status."""
+    done = set()
+    latest: dict[tuple, dict] = {}
+    for record in load_records(out_dir):
+        latest[plan_key(plan_from_record(record))] = record
+    for record in latest.values():
+        if record.get("status") in FINAL_STATUSES:
+            done.add(plan_from_record(record))
+    return done
+
+
+def pending_plans(out_dir: Path, plans: list[Plan]) -> list[Plan]:
+    """The plans (in the given order) without a final record in ``out_dir``."""
+    done = finished_plans(out_dir)
+    return [p for p in plans if p not in done]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(value):
+    # numpy scalars from PlanTable rows
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")
