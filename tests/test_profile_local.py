@@ -10,11 +10,11 @@ import pytest
 
 from autoconfig.catalog import get_gpu, get_model
 from autoconfig.cli import cli, main
-from autoconfig.cli.profile_opts import (ProfileOptions, RankedPlan, pop_profile_options,
-                                         profile_options, run_profiling)
+from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.hardware import Cluster
 from autoconfig.plan import Plan, Workload
 from autoconfig.profiling import launch, store
+from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
 
 PLANS = [Plan(tp=1, pp=1, dp=2), Plan(tp=2, pp=1, dp=1, sp=True, recompute="full")]
 

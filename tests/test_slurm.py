@@ -20,12 +20,12 @@ import pytest
 
 from autoconfig.catalog import get_gpu, get_model
 from autoconfig.cli import cli, main
-from autoconfig.cli.profile_opts import (ProfileOptions, RankedPlan, pop_profile_options,
-                                         profile_options, run_profiling)
+from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.errors import LaunchError
 from autoconfig.hardware import Cluster
 from autoconfig.plan import Plan, Workload
 from autoconfig.profiling import launch, store
+from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
 from autoconfig.profiling.launch import JobItem, LaunchOptions, probe_job
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,7 @@ import click
 from tabulate import tabulate
 
 from autoconfig import catalog
-from autoconfig.cli.profile_opts import (pop_profile_options, profile_options,
-                                         ranked_from_search, run_profiling)
+from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.errors import InputError
 from autoconfig.hardware import GPU, Cluster
 from autoconfig.model import ModelSpec
@@ -272,6 +271,7 @@ def search(**options) -> None:
     not fit in GPU memory are pruned. Writes plans.csv, report.md, best.yaml,
     megatron_args.sh and nemo_overrides.txt. With --profile, runs short real
     training jobs for the top plans and ranks them by what they measured."""
+    from autoconfig.profiling.sweep import ranked_from_search, run_profiling
     from autoconfig.report import write_report
     profiling = pop_profile_options(options)
     inputs = inputs_from_options(**options)
