@@ -56,7 +56,7 @@ def top_rows(result: SearchResult, n: int) -> list[tuple]:
         rows.append((row.rank, row.tp, row.pp, row.vp, row.cp, row.dp,
                      "on" if row.sp else "off", row.mbs, recompute,
                      "on" if row.distributed_optimizer else "off",
-                     f"{row.step_time_s:.3f}", f"{row.tokens_per_s_per_gpu:.0f}",
+                     f"{row.step_time_s:.4g}", f"{row.tokens_per_s_per_gpu:.0f}",
                      f"{row.tflops_per_gpu:.1f}", f"{100 * row.mfu:.1f}",
                      f"{row.memory_gib:.1f}"))
     return rows

@@ -24,10 +24,14 @@ DEFAULT_GPU = "a100-80gb"
 DEFAULT_SEQ_LEN = 2048
 
 
-class IntListOrAuto(click.ParamType):
-    """``4,8`` -> (4, 8); ``auto`` -> None."""
+class ListOrAuto(click.ParamType):
+    """A comma-separated list (``4,8`` -> (4, 8)) or ``auto`` -> None; each item
+    goes through ``parse_item``, which returns None for a bad item."""
 
-    name = "N[,N...]|auto"
+    def __init__(self, name: str, parse_item, allowed: str) -> None:
+        self.name = name
+        self._parse_item = parse_item
+        self._allowed = allowed
 
     def convert(self, value, param, ctx):
         if value is None or isinstance(value, tuple):
@@ -35,34 +39,24 @@ class IntListOrAuto(click.ParamType):
         text = str(value).strip().lower()
         if text == "auto":
             return None
-        try:
-            values = tuple(int(v) for v in text.split(","))
-        except ValueError:
+        values = tuple(self._parse_item(v.strip()) for v in text.split(","))
+        if any(v is None for v in values):
             raise InputError(f"invalid --{param.name.replace('_', '-')} {value!r}: expected "
-                             "positive integers separated by commas, or auto") from None
-        if any(v < 1 for v in values):
-            raise InputError(f"invalid --{param.name.replace('_', '-')} {value!r}: values "
-                             "must be positive")
+                             f"{self._allowed} separated by commas, or auto")
         return values
 
 
-class KindListOrAuto(click.ParamType):
-    """``full,selective`` -> ('full', 'selective'); ``auto`` -> None."""
+def _positive_int(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
-    name = "KIND[,KIND...]|auto"
 
-    def convert(self, value, param, ctx):
-        if value is None or isinstance(value, tuple):
-            return value
-        text = str(value).strip().lower()
-        if text == "auto":
-            return None
-        kinds = tuple(k.strip() for k in text.split(","))
-        bad = [k for k in kinds if k not in RECOMPUTE_KINDS]
-        if bad:
-            raise InputError(f"invalid --recompute {value!r}: allowed are "
-                             f"{', '.join(RECOMPUTE_KINDS)} (comma-separated) or auto")
-        return kinds
+def _recompute_kind(text: str) -> str | None:
+    return text if text in RECOMPUTE_KINDS else None
+
+
+IntListOrAuto = ListOrAuto("N[,N...]|auto", _positive_int, "positive integers")
+KindListOrAuto = ListOrAuto("KIND[,KIND...]|auto", _recompute_kind,
+                            f"recompute kinds ({', '.join(RECOMPUTE_KINDS)})")
 
 
 def model_options(func):
@@ -223,17 +217,17 @@ def render_search(result, top: int, files: dict | None = None) -> str:
 def narrowing_options(func):
     """--tp --pp --vp --cp --mbs --recompute --sp --distributed-optimizer ..."""
     options = [
-        click.option("--tp", type=IntListOrAuto(), default=None,
+        click.option("--tp", type=IntListOrAuto, default=None,
                      help="Tensor-parallel sizes to try, e.g. 4,8 (default auto)."),
-        click.option("--pp", type=IntListOrAuto(), default=None,
+        click.option("--pp", type=IntListOrAuto, default=None,
                      help="Pipeline-parallel sizes (default auto: divisors of the layers)."),
-        click.option("--vp", type=IntListOrAuto(), default=None,
+        click.option("--vp", type=IntListOrAuto, default=None,
                      help="Virtual pipeline stages per rank (default auto)."),
-        click.option("--cp", type=IntListOrAuto(), default=None,
+        click.option("--cp", type=IntListOrAuto, default=None,
                      help="Context-parallel sizes (default auto: only for seq >= 4096)."),
-        click.option("--mbs", type=IntListOrAuto(), default=None,
+        click.option("--mbs", type=IntListOrAuto, default=None,
                      help="Micro-batch sizes (default auto: divisors of the global batch)."),
-        click.option("--recompute", type=KindListOrAuto(), default=None,
+        click.option("--recompute", type=KindListOrAuto, default=None,
                      help="Recompute kinds: none, selective, full (default auto: all)."),
         click.option("--sp", type=click.Choice(SWITCH_MODES), default="auto",
                      show_default=True, help="Sequence parallelism."),
