@@ -4,6 +4,13 @@ Pure numpy helpers for ``autoconfig.memory``; every argument may be a scalar
 or an array (one entry per plan). Bytes assume 16-bit activations and 1-byte
 dropout masks, as Korthikanti et al. 2022 ("Reducing Activation Recomputation
 in Large Transformer Models", arXiv 2205.05198) Sec. 4.
+
+Dropout masks exist only where the model trains with dropout: Korthikanti
+counts them (GPT-3 and Megatron-LM default to 0.1), Llama-family models train
+without (``ModelSpec.hidden_dropout == attention_dropout == 0``). With p = 0
+PyTorch's dropout returns its input and saves no mask (ATen ``dropout``: "if
+p == 0 || !train ... return input"), so the mask bytes and, for attention
+dropout, its separate 2-byte output are dropped.
 """
 
 import numpy as np
@@ -29,20 +36,24 @@ def layer_stored_widths(model: ModelSpec) -> tuple[float, float]:
     the MLP keeps 2 bytes x ffn for the activation input and for its output
     (GeLU: 4*ffn), and SwiGLU's first matmul is 2*ffn wide (gate and up), so
     it keeps 4*ffn + 2*ffn = 6*ffn. For GPT shapes (kv = h, ffn = 4h, GeLU)
-    this is 10 h + (4h + 4h + 16h) = 34 h: Korthikanti's 34 s b h.
+    this is 10 h + (4h + 4h + 16h) = 34 h: Korthikanti's 34 s b h. Without
+    hidden dropout the two 1-byte masks go: 8 h replicated.
     """
     h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
     mlp = (6 if model.mlp_kind == "swiglu" else 4) * f
-    replicated = 10.0 * h
+    masks = 2.0 if model.hidden_dropout > 0 else 0.0
+    replicated = (8.0 + masks) * h
     split = 4.0 * h + 4.0 * kv + mlp
     return replicated, split
 
 
 def attention_scores_bytes(model: ModelSpec, seq_local, mbs, tp):
     """Korthikanti's ``5 a s^2 b / t``: softmax output (2), its dropout mask
-    (1) and dropout output (2) per score. Zero with flash attention, which
+    (1) and dropout output (2) per score; without attention dropout only the
+    softmax output (2 a s^2 b / t). Not called with flash attention, which
     never materialises the s x s scores (Megatron with Transformer Engine)."""
-    return 5.0 * model.num_heads * np.square(seq_local * 1.0) * mbs / tp
+    per_score = 5.0 if model.attention_dropout > 0 else 2.0
+    return per_score * model.num_heads * np.square(seq_local * 1.0) * mbs / tp
 
 
 def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,

@@ -67,7 +67,40 @@ def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
         position_embedding=str(data.get("position_embedding", "learned")),
         tied_embeddings=bool(data.get("tied_embeddings", True)),
         has_bias=bool(data.get("has_bias", True)),
+        hidden_dropout=_probability(data, "hidden_dropout", where),
+        attention_dropout=_probability(data, "attention_dropout", where),
         family=str(data.get("family", "")), size_label=str(data.get("size", "")))
+
+
+DEFAULT_DROPOUT = 0.1
+"""Megatron-LM's --hidden-dropout and --attention-dropout defaults (megatron/training/arguments.py)."""
+
+
+def _probability(data: dict, key: str, where: str) -> float:
+    """A dropout probability; ModelSpec checks the range. When the mapping does
+    not give it, a shape of a catalog family (e.g. a scaled llama3 written by
+    ``autoconfig base``) trains like that family, else Megatron's default 0.1."""
+    raw = data.get(key)
+    if raw is None:
+        return _family_dropout().get((str(data.get("family", "")), key), DEFAULT_DROPOUT)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise CatalogError(f"{where}: field {key!r} must be a number, got {raw!r}")
+    return float(raw)
+
+
+@lru_cache(maxsize=None)
+def _family_dropout() -> dict:
+    """(family, dropout field) -> value stated by the catalog files of that family
+    (raw YAML, so building the catalog itself does not recurse)."""
+    out = {}
+    for path in sorted((configs_dir() / "models").glob("*.yaml")):
+        data = load_yaml(path)
+        family = data.get("family")
+        for key in ("hidden_dropout", "attention_dropout"):
+            value = data.get(key)
+            if family and isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[(str(family), key)] = float(value)
+    return out
 
 
 @lru_cache(maxsize=None)

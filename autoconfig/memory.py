@@ -4,7 +4,8 @@ Vectorised over a PlanTable: every formula works on numpy columns, so a
 million plans take a fraction of a second. The numbers (bytes per parameter,
 logits bytes, overhead constants, usable HBM) live in heuristics/memory.yaml
 with their sources; the two overhead constants are fitted by
-benchmarks/fit_memory.py on the measured rows of benchmarks/memory_rows.csv.
+benchmarks/fit_memory.py on the measured rows of benchmarks/published_runs.csv
+(mapped to plans by autoconfig/runs.py, as ``autoconfig validate`` does).
 
 Model states (Megatron-LM ``theoretical_memory_usage.py`` and
 ``docs/user-guide/features/dist_optimizer.md``): bf16 weights 2 B/param,
@@ -151,7 +152,9 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     m = microbatches_per_step(workload.global_batch_size, plans.mbs, plans.dp)
     # Embedding dropout mask (s b h bytes) per in-flight micro-batch on the
     # first stage, as Megatron's theoretical_memory_usage.py; / t with SP.
-    embedding = (workload.seq_len / plans.cp * plans.mbs * model.hidden_size
+    # None without hidden dropout (Llama): dropout with p = 0 saves no mask.
+    mask = 1.0 if model.hidden_dropout > 0 else 0.0
+    embedding = (mask * workload.seq_len / plans.cp * plans.mbs * model.hidden_size
                  / np.where(plans.sp, plans.tp, 1))
     return {"per_chunk": per_chunk, "transient": transient, "m": m, "embedding": embedding}
 

@@ -35,6 +35,13 @@ class ModelSpec:
     tied_embeddings: bool = True
     has_bias: bool = True
     """Linear layers carry biases (GPT-3 yes, Llama no)."""
+    hidden_dropout: float = 0.1
+    """Dropout after the embedding, attention output and MLP output. 0.1 is the
+    Megatron-LM default (megatron/training/arguments.py ``--hidden-dropout``) and
+    GPT-3's; Llama trains without (NeMo ``LlamaConfig``: hidden_dropout 0.0)."""
+    attention_dropout: float = 0.1
+    """Dropout on the attention probabilities: Megatron-LM ``--attention-dropout``
+    default 0.1; 0.0 in NeMo ``LlamaConfig``/``Llama3Config``."""
     family: str = ""
     size_label: str = ""
 
@@ -51,6 +58,12 @@ class ModelSpec:
         if self.num_heads % self.num_kv_heads:
             raise InputError(f"invalid kv heads {self.num_kv_heads} for model {self.name!r}: "
                              f"must divide heads {self.num_heads}")
+        for field in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0.0 <= value < 1.0:
+                raise InputError(f"invalid {field} {value!r} for model {self.name!r}: "
+                                 "must be a probability in [0, 1)")
         _check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
         _check_choice("norm_kind", self.norm_kind, NORM_KINDS)
         _check_choice("position_embedding", self.position_embedding, POSITION_KINDS)

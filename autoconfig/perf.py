@@ -7,6 +7,10 @@ pipeline bubble, exposed communication and the optimizer step:
 
     step = compute + recompute + tp_comm + cp_comm + bubble + p2p + dp_comm + optimizer
 
+``compute`` includes a fixed per-layer per-micro-batch framework cost
+(``PerfConstants.layer_overhead_s`` of ``SoftwareFeatures.framework``), which
+makes small micro-batches slower than their FLOPs say.
+
 Every term is per GPU of the slowest stage (the last one: it holds ``L/pp``
 layers and the output layer). The constants live in ``heuristics/perf.yaml``;
 the software features of the run (flash attention, overlapped gradient
@@ -51,6 +55,12 @@ class PerfConstants:
     hbm_efficiency: float = 0.8
     optimizer_bytes_per_param: float = 30.0
     tp_comm_overlap: float = 0.0
+    layer_overhead_s: dict = field(default_factory=dict)
+    """Framework -> fixed seconds per layer per micro-batch (forward, backward and
+    recompute together) that do not shrink with the micro-batch: host-side work of
+    the framework's per-layer modules (Megatron-DeepSpeed's PipelineModule runs
+    every layer through DeepSpeed's per-layer activation checkpoint with its
+    RNG-state save/restore). Frameworks absent here cost 0."""
 
     def efficiency_max(self, gpu: GPU) -> float:
         generation = self.generations.get(gpu.name, self.default_generation)
@@ -71,12 +81,16 @@ class SoftwareFeatures:
     p2p_scatter_gather: bool = True
     """Pipeline sends split over the TP ranks and all-gathered on arrival (Narayanan et
     al. 2021, Sec. 4.1 "scatter/gather optimization"), so each rank sends 1/t of s*b*h;
-    with SP the activation is sharded anyway."""
+    with SP the activation is sharded anyway. DeepSpeed's PipelineEngine does the same
+    with TP > 1 (partitioned pipe buffers and gradients)."""
     embedding_as_stage_layer: bool = False
     """Pipeline split counts the input embedding and the output layer as one layer
     each (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding';
     megatron-core --account-for-embedding/loss-in-pipeline-split), so the last stage
     holds (L + 2)/pp - 1 transformer layers; off (Megatron default): L/pp."""
+    framework: str = "megatron-core"
+    """Training framework (``megatron-core`` or ``megatron-deepspeed``): picks the
+    per-layer per-micro-batch fixed cost of heuristics/perf.yaml."""
     grad_reduce_bytes: int = 4
     """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
     for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
@@ -96,7 +110,8 @@ class StepTimeBreakdown:
     cp_comm_s: np.ndarray
     """Exposed context-parallel communication."""
     pp_bubble_s: np.ndarray
-    """Pipeline fill/drain bubble: (pp - 1) / vp micro-batch times."""
+    """Pipeline fill/drain bubble: (pp - 1) / vp micro-batch times of the stages
+    without the output layer."""
     pp_p2p_s: np.ndarray
     """Exposed pipeline point-to-point sends."""
     dp_comm_s: np.ndarray
@@ -127,8 +142,10 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
     scalars = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup",
                "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
                "optimizer_bytes_per_param", "tp_comm_overlap")
+    overheads = data.get("layer_overhead_s") or {}
     return PerfConstants(
         gemm_efficiency_max={k: float(sourced_number(eff, k, path)) for k in eff},
+        layer_overhead_s={k: float(sourced_number(overheads, k, path)) for k in overheads},
         generations={str(k): str(v) for k, v in (data.get("generations") or {}).items()},
         default_generation=str(data.get("default_generation", "hopper")),
         **{k: float(sourced_number(data, k, path)) for k in scalars})
@@ -208,7 +225,8 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
 
     tp_mb = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
     cp_mb = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn)
-    per_mb = compute_mb + rc_mb + tp_mb + cp_mb
+    fixed_mb = layers * c.layer_overhead_s.get(sw.framework, 0.0)
+    per_mb = compute_mb + rc_mb + tp_mb + cp_mb + fixed_mb
 
     split = plans.sp | sw.p2p_scatter_gather
     p2p_bytes = tokens * model.hidden_size * BF16_BYTES / np.where(split, t, 1.0)
@@ -216,23 +234,45 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
                      gpu.nvlink_bandwidth_gb_per_s, gpu.internode_bandwidth_gb_per_s)
     p2p_one = p2p_s(p2p_bytes, pp_bw * 1e9 * c.comm_bandwidth_efficiency, c.comm_latency_s)
     pp_p2p = np.where(pp > 1, micro * vp * 2.0 * p2p_one, 0.0)
-    bubble = (pp - 1.0) / vp * per_mb
+    bubble = (pp - 1.0) / vp * _fill_drain_microbatch_s(model, sw, pp, layers, per_mb,
+                                                        3.0 * logits_fwd)
 
     dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
                        backward_window_s=2.0 * (layers * layer_fwd + logits_fwd))
     optimizer = _optimizer_s(model, c, plans, t, cp, dp, layers, hbm)
 
     compute = micro * compute_mb
-    step = compute + micro * (rc_mb + tp_mb + cp_mb) + bubble + pp_p2p + dp_comm + optimizer
+    step = (compute + micro * (rc_mb + tp_mb + cp_mb + fixed_mb) + bubble + pp_p2p + dp_comm
+            + optimizer)
     num_gpus = t * pp * dp * cp
     tokens_per_gpu = workload.tokens_per_step / step / num_gpus
     model_tflops = tokens_per_gpu * model_flops_per_token(model, workload.seq_len) / 1e12
     return StepTimeBreakdown(
-        compute_s=compute, recompute_s=micro * rc_mb, tp_comm_s=micro * tp_mb,
+        compute_s=compute + micro * fixed_mb, recompute_s=micro * rc_mb, tp_comm_s=micro * tp_mb,
         cp_comm_s=micro * cp_mb, pp_bubble_s=bubble, pp_p2p_s=pp_p2p, dp_comm_s=dp_comm,
         optimizer_s=optimizer, step_time_s=step, tokens_per_s_per_gpu=tokens_per_gpu,
         model_tflops_per_gpu=model_tflops,
         mfu=model_tflops / gpu.peak_tflops(workload.precision))
+
+
+def _fill_drain_microbatch_s(model: ModelSpec, sw: SoftwareFeatures, pp, layers, per_mb,
+                             logits_mb):
+    """One micro-batch slot of the pipeline fill and drain, seen from the slowest
+    (last) stage.
+
+    The last stage waits for the first micro-batch's forward through stages
+    0..pp-2 and, after its own last backward, for their backwards (1F1B:
+    Narayanan et al. 2021, Sec. 2.2.1, bubble = (p-1) micro-batch times). Those
+    stages hold no output layer, so a slot is a micro-batch of the other stages'
+    layers without the logits: L/pp layers, or (L+2)/pp when the split counts
+    the embedding and output layer as layers (their middle stages then hold one
+    layer more than the last). Everything else in ``per_mb`` scales with layers.
+    """
+    per_layer = (per_mb - logits_mb) / layers
+    other = model.num_layers / pp
+    if sw.embedding_as_stage_layer:
+        other = (model.num_layers + 2.0) / pp
+    return per_layer * other
 
 
 def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,

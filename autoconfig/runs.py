@@ -20,18 +20,31 @@ Assumptions per source (see benchmarks/SOURCES.md):
   of 2020). Measured: iteration time.
 * S10 (BLOOM): Jean Zay nodes (4 x 100 Gb/s Omni-Path per 8 GPUs), full
   recompute, ZeRO-1 (= distributed optimizer), no SP, no interleaving, no
-  fused attention, no pipeline scatter/gather, vocab 250,880 where given as
+  fused attention, pipeline sends split over TP (DeepSpeed's partitioned
+  pipe buffers), vocab 250,880 where given as
   "250k"; embedding counted as a pipeline layer where the row's note records
-  --pp-partition-method 'type:transformer|embedding' (02-28 on, production).
-  Measured: iteration time.
+  --pp-partition-method 'type:transformer|embedding' (02-28 on, production);
+  framework Megatron-DeepSpeed (its per-layer per-micro-batch cost in
+  heuristics/perf.yaml). Measured: iteration time; memory: nvidia-smi device
+  memory (GiB) of the larger of first and last stage, with 16-bit gradients
+  ('fp16' recipe) until the DeepSpeed BF16 optimizer with fp32 gradient
+  accumulation ('bf16_fp32_accum', 02-28 on).
 * S15 (NeMo launcher, confidence C): configuration from the default yaml as
   the CSV records it; no fused attention (2022). Measured: tokens/s.
-* S17 (Megatron CI): as stated; fused attention, overlapped DP. Measured:
+* S17 (Megatron CI): as stated (vocab padded to a multiple of 128 x TP, as
+  Megatron does); fused attention, overlapped DP; memory: torch max allocated
+  (GB = 1e9 B) on the last rank. Measured:
   iteration time, but in deterministic mode with NCCL_ALGO=Ring ("not a tuned
   perf benchmark"), so used for memory and plan ranking, not throughput MAPE.
 * S08 (Megatron-Bridge): SP on when TP > 1 (the recipes' default), no
   recompute, distributed optimizer, Llama 3 vocab 128,256. FP8-CS, FP8-MX,
-  MXFP8 and unqualified FP8 map to ``fp8``. Measured: tokens/s/GPU.
+  MXFP8 and unqualified FP8 map to ``fp8``; no dropout (Llama recipes).
+  Measured: tokens/s/GPU.
+
+Rows that cannot be used for throughput (OOM, inconsistent figures) keep
+their model and plan where those are known, so the memory check
+(``autoconfig.validation.predict_memory_bytes``, also used by
+benchmarks/fit_memory.py) sees every measured peak and OOM.
 """
 
 import csv
@@ -68,8 +81,16 @@ class Run:
     measure: str = ""
     """Which figure the row measured: one of MEASURES."""
     measured: float | None = None
-    memory_gb: float | None = None
-    """Measured peak memory per GPU (decimal GB) where the source gives it."""
+    memory_bytes: float | None = None
+    """Measured peak memory per GPU in bytes where the source gives it."""
+    memory_kind: str = "device"
+    """What the memory figure counts: ``device`` (nvidia-smi: CUDA context, NCCL
+    buffers and the caching allocator's reserve included) or ``allocated`` (torch
+    ``max_memory_allocated``: tensors only)."""
+    memory_stage: str = "worst"
+    """Which pipeline rank was measured: ``worst`` (max over first and last) or ``last``."""
+    memory_recipe: str = "bf16"
+    """Row of heuristics/memory.yaml bytes_per_param the run's mixed precision uses."""
     oom: bool = False
     skip_reason: str = ""
     throughput_benchmark: bool = True
@@ -79,7 +100,13 @@ class Run:
 
     @property
     def usable(self) -> bool:
+        """Usable for throughput (a row may be unusable there but still measure memory)."""
         return not self.skip_reason
+
+    @property
+    def memory_usable(self) -> bool:
+        """The row measured peak memory or an OOM, for a plan we can build."""
+        return self.model is not None and (self.memory_bytes is not None or self.oom)
 
     def predicted_measure(self, step_time_s: float, tokens_per_s_per_gpu: float) -> float:
         """The predicted figure of the same kind the row measured."""
@@ -142,14 +169,21 @@ def load_runs(path: Path) -> list[Run]:
 
 
 def row_to_run(row: dict) -> Run:
+    """A Run; rows whose plan can be built but whose throughput cannot be used
+    (OOM, inconsistent figures) keep model and plan for the memory check."""
     base = dict(record_id=row["record_id"], source_id=row["source_id"],
                 model_name=row["model_name"])
     reason = _skip_reason(row)
-    if reason:
+    if reason and not _plan_buildable(row):
         return Run(**base, skip_reason=reason)
     assumptions: list[str] = []
-    model = _model(row, assumptions)
-    plan = _plan(row, model, assumptions)
+    try:
+        model = _model(row, assumptions)
+        plan = _plan(row, model, assumptions)
+    except InputError:
+        if reason:
+            return Run(**base, skip_reason=reason)
+        raise
     precision = _precision(row["precision"])
     if precision == "fp8" and "FP8" != row["precision"].strip().upper():
         assumptions.append(f"{row['precision'].split(' ')[0]} as fp8")
@@ -162,14 +196,71 @@ def row_to_run(row: dict) -> Run:
     cluster = cluster_from_gpus(gpu, plan.num_gpus, gpu.gpus_per_node)
     measure, measured = _measured(row)
     mem_text = row.get("mem_gb_measured") or ""
-    memory = _num(mem_text.split("peak")[-1]) if mem_text and mem_text != "OOM" else None
     return Run(**base, model=model, workload=workload, plan=plan, cluster=cluster,
                software=_software(row), measure=measure, measured=measured,
-               memory_gb=memory, oom=mem_text == "OOM", assumptions=tuple(assumptions),
+               memory_bytes=_memory_bytes(row), oom=mem_text == "OOM",
+               memory_kind=_memory_kind(row), memory_stage=_memory_stage(row),
+               memory_recipe=_memory_recipe(row), skip_reason=reason,
+               assumptions=tuple(assumptions),
                throughput_benchmark=row["source_id"] != "S17")
 
 
+def _memory_kind(row: dict) -> str:
+    return "allocated" if "torch" in (row.get("mem_kind") or "") else "device"
+
+
+def _memory_stage(row: dict) -> str:
+    return "last" if "LAST rank" in (row.get("mem_kind") or "") else "worst"
+
+
+def _memory_bytes(row: dict) -> float | None:
+    """Measured peak in bytes: torch figures are GB = 1e9 B (the S17 column says
+    so; 'alloc X / peak Y' -> the peak); nvidia-smi figures are GiB (nvidia-smi
+    reports MiB and BLOOM's largest reading is "80GB" on an 81920 MiB card)."""
+    text = row.get("mem_gb_measured") or ""
+    if not text or text == "OOM":
+        return None
+    value = _num(text.split("peak")[-1])
+    if value is None:
+        return None
+    return value * (1e9 if _memory_kind(row) == "allocated" else 2**30)
+
+
+def _memory_recipe(row: dict) -> str:
+    """Bytes-per-parameter recipe (heuristics/memory.yaml): BLOOM used 16-bit
+    gradients with ZeRO-1 (fp16, and bf16 before 02-28) until the DeepSpeed BF16
+    optimizer with fp32 gradient accumulation (02-28 on, 'BF16 optimizer' in the
+    precision cell); Megatron-LM bf16 keeps fp32 main grads."""
+    text = row["precision"]
+    if row["source_id"] == "S10":
+        return "bf16_fp32_accum" if "BF16 optimizer" in text else "fp16"
+    if text.strip().lower().startswith("fp16"):
+        return "fp16"
+    return "bf16"
+
+
+def _plan_buildable(row: dict) -> bool:
+    """GPU, precision, sharding, shape and layout are all known."""
+    return not _shape_reason(row)
+
+
 def _skip_reason(row: dict) -> str:
+    reason = _shape_reason(row)
+    if reason:
+        return reason
+    if (row.get("mem_gb_measured") or "") == "OOM":
+        return "OOM row: no throughput measured"
+    if _measured(row)[1] is None:
+        return "no throughput figure"
+    if (row.get("derived_fields") or "").startswith("CHECK"):
+        return "row flagged inconsistent in the source"
+    if not _step_matches_tflops(row):
+        return "step time and TFLOP/s disagree (>15%) for the stated shape and batch"
+    return ""
+
+
+def _shape_reason(row: dict) -> str:
+    """Why no plan can be built for the row ('' when one can)."""
     if _gpu_name(row["gpu_type"]) is None:
         return f"GPU {row['gpu_type'].split(' ')[0]} not in the GPU catalog"
     if _precision(row["precision"]) is None:
@@ -181,14 +272,6 @@ def _skip_reason(row: dict) -> str:
         return "model shape (layers/hidden/heads) not stated"
     if _int(row, "tp") is None and _int(row, "mp_size_reported") is None:
         return "parallel layout (TP/PP) not stated"
-    if (row.get("mem_gb_measured") or "") == "OOM":
-        return "OOM row: no throughput measured"
-    if _measured(row)[1] is None:
-        return "no throughput figure"
-    if (row.get("derived_fields") or "").startswith("CHECK"):
-        return "row flagged inconsistent in the source"
-    if not _step_matches_tflops(row):
-        return "step time and TFLOP/s disagree (>15%) for the stated shape and batch"
     return ""
 
 
@@ -215,6 +298,11 @@ def _model(row: dict, assumptions: list[str]) -> ModelSpec:
     if vocab is None or (row.get("vocab_size") or "").strip() == "250k":
         vocab = LLAMA3_VOCAB if llama else BLOOM_VOCAB if source == "S10" else 51200
         assumptions.append(f"vocab {vocab}")
+    if "padded to multiple of 128*TP" in (row.get("vocab_size") or ""):
+        # Megatron --make-vocab-size-divisible-by 128, times TP (megatron/training/tokenizer).
+        tp = _int(row, "tp") or 1
+        vocab = -(-vocab // (128 * tp)) * 128 * tp
+        assumptions.append(f"vocab padded to {vocab}")
     ffn = _int(row, "ffn_hidden_size")
     if ffn is None:
         ffn = 4 * h
@@ -225,7 +313,9 @@ def _model(row: dict, assumptions: list[str]) -> ModelSpec:
         ffn_hidden_size=ffn, vocab_size=vocab, seq_len=_int(row, "seq_len"),
         mlp_kind="swiglu" if llama else "gelu", norm_kind="rmsnorm" if llama else "layernorm",
         position_embedding="rope" if llama or source in ("S10", "S17") else "learned",
-        tied_embeddings=not (llama or source == "S17"), has_bias=not llama)
+        tied_embeddings=not (llama or source == "S17"), has_bias=not llama,
+        # Llama recipes train without dropout (NeMo LlamaConfig: 0.0); others the 0.1 default.
+        hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
 
 
 def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
@@ -258,6 +348,22 @@ def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
                 distributed_optimizer=dist_opt)
 
 
+def memory_stage_model(run: Run) -> ModelSpec:
+    """The run's model with ``L' `` layers such that ``L'/pp`` is what the first
+    and last pipeline stages hold, for the memory model.
+
+    Megatron-DeepSpeed with --pp-partition-method 'type:transformer|embedding'
+    (``SoftwareFeatures.embedding_as_stage_layer``) counts the embedding as a
+    layer on the first and last stages, which then hold (L + 2)//pp - 1
+    transformer layers; a layer count that pp does not divide is split the same
+    way (the stages with the embedding get the fewer layers).
+    """
+    model, pp = run.model, run.plan.pp
+    if pp > 1 and (run.software.embedding_as_stage_layer or model.num_layers % pp):
+        return dataclasses.replace(model, num_layers=pp * ((model.num_layers + 2) // pp - 1))
+    return model
+
+
 def _smallest_chunking(layers_per_stage: int) -> int:
     for v in range(2, layers_per_stage + 1):
         if layers_per_stage % v == 0:
@@ -284,8 +390,13 @@ def _software(row: dict) -> SoftwareFeatures:
         # The note column records --pp-partition-method 'type:transformer|embedding'
         # (02-28 on and the production run).
         balanced = "pp-partition-method" in (row.get("note") or "")
+        # DeepSpeed's PipelineEngine partitions the activations and gradients it
+        # sends over the tensor-parallel group (deepspeed/runtime/pipe/engine.py:
+        # is_pipe_partitioned = is_grad_partitioned = is_model_parallel), as
+        # Megatron's scatter/gather does.
         return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=False,
-                                p2p_scatter_gather=False, embedding_as_stage_layer=balanced,
+                                p2p_scatter_gather=True, embedding_as_stage_layer=balanced,
+                                framework="megatron-deepspeed",
                                 grad_reduce_bytes=4 if "bf16" == row["precision"][:4] else 2)
     if source == "S15":
         return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=True)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from autoconfig.model import hardware_flops_per_token
 from autoconfig.paths import benchmarks_dir
 from autoconfig.perf import PerfConstants, load_constants, step_time
 from autoconfig.plan import PlanTable
-from autoconfig.runs import Run, load_runs
+from autoconfig.runs import Run, load_runs, memory_stage_model
 
 TARGET_MAPE_PCT = 10.0
 TARGET_MAPE_S01_PCT = 5.0
@@ -47,12 +48,29 @@ class GroupResult:
 @dataclass(frozen=True)
 class MemoryResult:
     run: Run
-    measured_gb: float
-    predicted_gb: float
+    measured_bytes: float | None
+    """None for an OOM row."""
+    predicted_bytes: float
+    """Same kind as the measurement: allocated tensors, or device memory with overhead."""
+    usable_bytes: float
+    """Capacity a run can fill on the row's GPU (for OOM rows)."""
+
+    @property
+    def oom(self) -> bool:
+        return self.measured_bytes is None
+
+    @property
+    def predicted_oom(self) -> bool:
+        return self.predicted_bytes > self.usable_bytes
+
+    @property
+    def unit_bytes(self) -> float:
+        """The unit the source reports in: GB (torch) or GiB (nvidia-smi)."""
+        return 1e9 if self.run.memory_kind == "allocated" else 2.0**30
 
     @property
     def abs_pct_error(self) -> float:
-        return abs(self.predicted_gb / self.measured_gb - 1.0) * 100.0
+        return abs(self.predicted_bytes / self.measured_bytes - 1.0) * 100.0
 
 
 @dataclass(frozen=True)
@@ -78,9 +96,16 @@ class ValidationReport:
 
     @property
     def memory_mape(self) -> float:
-        if not self.memory:
-            return float("nan")
-        return float(np.mean([m.abs_pct_error for m in self.memory]))
+        measured = [m.abs_pct_error for m in self.memory or () if not m.oom]
+        return float(np.mean(measured)) if measured else float("nan")
+
+    def memory_mape_by_source(self) -> dict[str, tuple[float, int]]:
+        """Source -> (MAPE %, rows) over rows with a measured peak."""
+        out: dict[str, list[float]] = {}
+        for m in self.memory or ():
+            if not m.oom:
+                out.setdefault(m.run.source_id, []).append(m.abs_pct_error)
+        return {k: (float(np.mean(v)), len(v)) for k, v in sorted(out.items())}
 
 
 def default_runs_path() -> Path:
@@ -101,11 +126,22 @@ def evaluate_rows(runs: list[Run], constants: PerfConstants | None = None) -> li
         perf = predict_run(run, constants)
         step = float(perf.step_time_s[0])
         predicted = run.predicted_measure(step, float(perf.tokens_per_s_per_gpu[0]))
-        # A rate scales as 1/step for a fixed FLOP count; a step time as step.
-        measured_step = (run.measured if run.measure == "step_time_s"
-                         else step * predicted / run.measured)
+        measured_step = measured_step_s(run)
         results.append(RowResult(run, run.measured, predicted, step, measured_step))
     return results
+
+
+def measured_step_s(run: Run) -> float:
+    """The row's measured figure as a step time, from the row alone (so equal
+    measured rates give equal step times, and ties stay ties in the ranking):
+    tokens per step over the rate, or eq. 3 FLOPs per step over the TFLOP/s."""
+    if run.measure == "step_time_s":
+        return run.measured
+    tokens_per_gpu = run.workload.tokens_per_step / run.cluster.num_gpus
+    if run.measure == "tokens_per_s_per_gpu":
+        return tokens_per_gpu / run.measured
+    flops = hardware_flops_per_token(run.model, run.workload.seq_len, "full")
+    return tokens_per_gpu * flops / (run.measured * 1e12)
 
 
 def spearman(x, y) -> float:
@@ -148,19 +184,44 @@ def rank_groups(rows: list[RowResult], min_size: int = MIN_GROUP) -> list[GroupR
     return out
 
 
-def evaluate_memory(runs: list[Run]) -> list[MemoryResult] | None:
-    """Predicted peak memory vs measured; None if autoconfig.memory is absent."""
+def predict_memory_bytes(run: Run, constants=None) -> tuple[float, float]:
+    """(allocated, device) peak bytes of the pipeline rank the row measured.
+
+    The one mapping from a measured row to the memory model, used by validation
+    and by benchmarks/fit_memory.py: the row's precision recipe
+    (``Run.memory_recipe``), fused attention or not (``SoftwareFeatures``), the
+    measured stage (``Run.memory_stage``: the last rank, or the larger of first
+    and last) and the stage's layer count (``memory_stage_model``). ZeRO-1 is the
+    distributed optimizer (``Plan.distributed_optimizer``). ``allocated`` is what
+    torch's ``max_memory_allocated`` counts; ``device`` adds the calibrated
+    allocator and context overhead (what nvidia-smi shows).
+    """
+    from autoconfig.memory import allocated_bytes, stage_breakdown
+
+    model = memory_stage_model(run)
+    table = PlanTable.from_plans([run.plan])
+    kw = dict(flash_attention=run.software.flash_attention, recipe=run.memory_recipe,
+              constants=constants)
+    stages = ("last",) if run.memory_stage == "last" else ("first", "last")
+    best = max((stage_breakdown(model, run.workload, table, st, **kw) for st in stages),
+               key=lambda b: float(b.total_bytes[0]))
+    return float(allocated_bytes(best)[0]), float(best.total_bytes[0])
+
+
+def evaluate_memory(runs: list[Run], constants=None) -> list[MemoryResult] | None:
+    """Predicted peak memory vs measured (and OOM rows); None if autoconfig.memory is absent."""
     try:
-        from autoconfig.memory import memory_breakdown
+        from autoconfig.memory import usable_bytes
     except ImportError:
         return None
     out = []
     for run in runs:
-        if run.model is None or run.memory_gb is None:
+        if not run.memory_usable:
             continue
-        mem = memory_breakdown(run.model, run.workload, PlanTable.from_plans([run.plan]),
-                               run.cluster.gpu)
-        out.append(MemoryResult(run, run.memory_gb, float(mem.total_bytes[0]) / 1e9))
+        allocated, device = predict_memory_bytes(run, constants)
+        predicted = allocated if run.memory_kind == "allocated" else device
+        out.append(MemoryResult(run, run.memory_bytes, predicted,
+                                usable_bytes(run.cluster.gpu, constants)))
     return out
 
 
@@ -232,11 +293,25 @@ def format_report(report: ValidationReport, show_rows: bool = True) -> str:
         lines.append("Memory: no usable rows with measured memory")
     else:
         if show_rows:
-            table = [(m.run.record_id, m.run.source_id, _plan_text(m.run), f"{m.measured_gb:.1f}",
-                      f"{m.predicted_gb:.1f}", f"{m.abs_pct_error:.1f}") for m in report.memory]
-            lines.append(tabulate(table, headers=("record", "source", "plan", "measured GB",
-                                                  "predicted GB", "abs % err")))
-        lines.append(f"Memory MAPE: {report.memory_mape:.1f}% over {len(report.memory)} rows")
+            table = [(m.run.record_id, m.run.source_id, _plan_text(m.run), m.run.memory_recipe,
+                      m.run.memory_kind, m.run.memory_stage,
+                      "OOM" if m.oom else f"{m.measured_bytes / m.unit_bytes:.1f}",
+                      f"{m.predicted_bytes / m.unit_bytes:.1f}",
+                      ("ok" if m.predicted_oom else "MISSED") if m.oom
+                      else f"{m.abs_pct_error:.1f}") for m in report.memory]
+            lines.append(tabulate(table, headers=("record", "source", "plan", "recipe", "kind",
+                                                  "stage", "measured", "predicted",
+                                                  "abs % err")))
+            lines.append("(allocated: torch max allocated, GB = 1e9 B; device: nvidia-smi, GiB)")
+        lines.append("Memory MAPE per source:")
+        for source, (mape, n) in report.memory_mape_by_source().items():
+            lines.append(f"  MAPE {source}: {mape:.1f}% over {n} rows")
+        n = sum(1 for m in report.memory if not m.oom)
+        lines.append(f"  MAPE overall: {report.memory_mape:.1f}% over {n} rows")
+        ooms = [m for m in report.memory if m.oom]
+        if ooms:
+            lines.append(f"  OOM rows predicted not to fit: {sum(m.predicted_oom for m in ooms)}"
+                         f"/{len(ooms)}")
     lines.append("")
     reasons: dict[str, int] = {}
     for run in report.skipped:

@@ -2,121 +2,45 @@
 
 Usage:  python benchmarks/fit_memory.py [--write]
 
-Rows: benchmarks/memory_rows.csv (verbatim copies of the published_runs.csv rows
-with measured memory or OOM and a complete model shape).
+Rows: the rows of benchmarks/published_runs.csv with measured peak memory or an
+OOM, turned into plans by the library (``autoconfig.runs.load_runs``) and
+predicted by ``autoconfig.validation.predict_memory_bytes``: the one mapping
+``autoconfig validate`` also uses (precision recipe, fused attention, measured
+stage, stage layer count, ZeRO-1 as the distributed optimizer).
 
-* Megatron-LM CI rows (S17): torch ``max_memory_allocated`` on the last rank, so
-  they check the tensor terms (weights, grads, optimizer, activations, logits)
-  with no fitted constant: predicted = last-stage allocated bytes.
-* BLOOM rows (S10): nvidia-smi device memory of the first/last stage (CUDA
-  context, NCCL buffers and the caching allocator included), so they fit
-  total = fragmentation_factor * allocated + context (least squares on the
-  relative error of the rows that fit); OOM rows must come out above the
-  usable HBM.
+* ``allocated`` rows (Megatron-LM CI, S17: torch ``max_memory_allocated`` on
+  the last rank) check the tensor terms (weights, grads, optimizer,
+  activations, logits) with no fitted constant.
+* ``device`` rows (BLOOM, S10: nvidia-smi, CUDA context, NCCL buffers and the
+  caching allocator included) fit device = fragmentation_factor * allocated +
+  context (least squares on the relative error); OOM rows must come out above
+  the usable HBM.
 
 ``--write`` stores the two fitted constants in heuristics/memory.yaml.
 """
 
 import argparse
-import csv
 import re
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from autoconfig.catalog import get_gpu
-from autoconfig.memory import (allocated_bytes, load_constants, memory_breakdown,
-                               stage_breakdown, usable_bytes)
-from autoconfig.model import ModelSpec
-from autoconfig.plan import Plan, PlanTable, Workload
+from autoconfig.memory import load_constants, memory_breakdown, usable_bytes
+from autoconfig.plan import PlanTable, Workload
+from autoconfig.runs import Run, load_runs
+from autoconfig.validation import default_runs_path, predict_memory_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ROOT / "benchmarks" / "memory_rows.csv"
 YAML = ROOT / "heuristics" / "memory.yaml"
 GIB = 2**30
-BLOOM_VOCAB = 250880  # BLOOM README: 250680 tokens padded to 250880 (S10)
 
 
-@dataclass(frozen=True)
-class MemoryRow:
-    record_id: str
-    source_id: str
-    model: ModelSpec
-    workload: Workload
-    plan: Plan
-    recipe: str
-    flash_attention: bool
-    stage: str
-    """'worst' (max of first and last) or 'last' (CI logs only the last rank)."""
-    measured_bytes: float | None
-    """None for an OOM row."""
-
-
-def _leading_int(text: str) -> int:
-    return int(re.match(r"\s*(\d+)", text).group(1))
-
-
-def _bloom_row(r: dict) -> MemoryRow:
-    layers, h, heads = int(r["num_layers"]), int(r["hidden_size"]), int(r["num_heads"])
-    tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
-    # From 02-28 Megatron-DeepSpeed partitioned with 'type:transformer|embedding':
-    # the embedding counts as a layer on the first and last stage.
-    if "type:transformer|embedding" in r["note"] or layers % pp:
-        layers = pp * ((layers + 2) // pp - 1)
-    model = ModelSpec(name=r["model_name"], num_layers=layers, hidden_size=h, num_heads=heads,
-                      num_kv_heads=heads, ffn_hidden_size=4 * h, vocab_size=BLOOM_VOCAB,
-                      seq_len=int(r["seq_len"]), position_embedding="rope",  # ALiBi: no params
-                      tied_embeddings=True)
-    plan = Plan(tp=tp, pp=pp, dp=dp, mbs=int(r["micro_batch_size"]), recompute="full",
-                distributed_optimizer=True)  # ZeRO-1 shards fp32 states over DP
-    recipe = "bf16_fp32_accum" if "BF16 optimizer" in r["precision"] else "fp16"
-    measured = None if r["mem_gb_measured"] == "OOM" else float(r["mem_gb_measured"]) * GIB
-    return MemoryRow(r["record_id"], "S10", model,
-                     Workload(int(r["global_batch_size"]), int(r["seq_len"])), plan, recipe,
-                     False, "worst", measured)
-
-
-def _ci_row(r: dict) -> MemoryRow:
-    tp = int(r["tp"])
-    vocab = _leading_int(r["vocab_size"])
-    padded = -(-vocab // (128 * tp)) * 128 * tp  # Megatron pads to a multiple of 128*TP
-    model = ModelSpec(name=r["model_name"], num_layers=int(r["num_layers"]),
-                      hidden_size=int(r["hidden_size"]), num_heads=int(r["num_heads"]),
-                      num_kv_heads=int(r["num_kv_heads"]),
-                      ffn_hidden_size=_leading_int(r["ffn_hidden_size"]), vocab_size=padded,
-                      seq_len=int(r["seq_len"]), position_embedding="rope",
-                      tied_embeddings=False)
-    plan = Plan(tp=tp, pp=int(r["pp"]), dp=int(r["dp"]), vp=int(r["vp"] or 1),
-                mbs=int(r["micro_batch_size"]), distributed_optimizer=True)
-    peak_gb = float(re.search(r"peak\s+([\d.]+)", r["mem_gb_measured"]).group(1))
-    return MemoryRow(r["record_id"], "S17", model,
-                     Workload(int(r["global_batch_size"]), int(r["seq_len"])), plan, "bf16",
-                     True, "last", peak_gb * 1e9)
-
-
-def load_rows(path: Path = ROWS) -> list[MemoryRow]:
-    with path.open(newline="") as handle:
-        return [(_bloom_row if r["source_id"] == "S10" else _ci_row)(r)
-                for r in csv.DictReader(handle)]
-
-
-def predict(row: MemoryRow, constants) -> tuple[float, float]:
-    """(allocated bytes, total bytes) of the row's measured stage."""
-    table = PlanTable.from_plans([row.plan])
-    kw = {"flash_attention": row.flash_attention, "recipe": row.recipe}
-    if row.stage == "last":
-        b = stage_breakdown(row.model, row.workload, table, "last", constants=constants, **kw)
-    else:
-        b = _worst(row, table, constants, kw)
-    return float(allocated_bytes(b)[0]), float(b.total_bytes[0])
-
-
-def _worst(row, table, constants, kw):
-    first = stage_breakdown(row.model, row.workload, table, "first", constants=constants, **kw)
-    last = stage_breakdown(row.model, row.workload, table, "last", constants=constants, **kw)
-    return first if first.total_bytes[0] >= last.total_bytes[0] else last
+def load_rows(path: Path | None = None) -> list[Run]:
+    """The runs with a measured peak or an OOM (in CSV order)."""
+    return [r for r in load_runs(path or default_runs_path()) if r.memory_usable]
 
 
 def fit_overhead(allocated: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
@@ -129,7 +53,7 @@ def fit_overhead(allocated: np.ndarray, measured: np.ndarray) -> tuple[float, fl
 def _write(k: float, c_gib: float, rows: str, summary: str) -> None:
     text = YAML.read_text()
     block = (f"overhead:\n  fragmentation_factor:\n    value: {k:.4f}\n"
-             f"    source: \"fitted on BLOOM rows {rows} of benchmarks/memory_rows.csv "
+             f"    source: \"fitted on BLOOM rows {rows} of benchmarks/published_runs.csv "
              f"(nvidia-smi, S10; {summary}): python benchmarks/fit_memory.py --write\"\n"
              f"  context_gib:\n    value: {c_gib:.3f}\n"
              f"    source: \"fitted with fragmentation_factor on the same rows: CUDA context, "
@@ -163,47 +87,50 @@ def time_million_plans(n: int = 10**6) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="store the fit in memory.yaml")
+    parser.add_argument("--no-timing", action="store_true", help="skip the 1e6-plan timing")
     args = parser.parse_args(argv)
     raw = replace(load_constants(), fragmentation_factor=1.0, context_bytes=0.0)
     rows = load_rows()
-    alloc = np.array([predict(r, raw)[0] for r in rows])
-    is_ci = np.array([r.source_id == "S17" for r in rows])
-    measured = np.array([r.measured_bytes or np.nan for r in rows])
-    fit_rows = ~is_ci & ~np.isnan(measured)
+    alloc = np.array([predict_memory_bytes(r, raw)[0] for r in rows])
+    device = np.array([r.memory_kind == "device" for r in rows])
+    measured = np.array([r.memory_bytes or np.nan for r in rows])
+    fit_rows = device & ~np.isnan(measured)
     k, c = fit_overhead(alloc[fit_rows], measured[fit_rows])
     fitted = replace(raw, fragmentation_factor=k, context_bytes=c)
     capacity = usable_bytes(get_gpu("a100-80gb"), fitted)
     print(f"fitted: fragmentation_factor = {k:.4f}, context = {c / GIB:.3f} GiB "
-          f"(on {fit_rows.sum()} BLOOM rows); usable A100-80GB = {capacity / GIB:.2f} GiB\n")
-    print(f"{'row':6} {'src':4} {'plan':28} {'measured':>9} {'predicted':>9} {'err%':>6}")
-    errors = {"S17": [], "S10": []}
+          f"(on {fit_rows.sum()} device-memory rows); usable A100-80GB = {capacity / GIB:.2f} GiB\n")
+    print(f"{'row':6} {'src':4} {'plan':28} {'recipe':16} {'measured':>9} {'predicted':>9} {'err%':>6}")
+    errors: dict[str, list[float]] = {}
     oom_ok = []
     for row, a in zip(rows, alloc):
         p = row.plan
         label = f"tp{p.tp} pp{p.pp} dp{p.dp} vp{p.vp} mbs{p.mbs}"
-        pred = a if row.source_id == "S17" else k * a + c
-        unit = 1e9 if row.source_id == "S17" else GIB
-        if row.measured_bytes is None:
+        pred = a if row.memory_kind == "allocated" else k * a + c
+        unit = 1e9 if row.memory_kind == "allocated" else GIB
+        if row.memory_bytes is None:
             ok = pred > capacity
             oom_ok.append(ok)
-            print(f"{row.record_id:6} {row.source_id:4} {label:28} {'OOM':>9} "
-                  f"{pred / unit:9.1f} {'ok' if ok else 'MISSED':>6}")
+            print(f"{row.record_id:6} {row.source_id:4} {label:28} {row.memory_recipe:16} "
+                  f"{'OOM':>9} {pred / unit:9.1f} {'ok' if ok else 'MISSED':>6}")
             continue
-        err = 100 * (pred - row.measured_bytes) / row.measured_bytes
-        errors[row.source_id].append(abs(err))
-        print(f"{row.record_id:6} {row.source_id:4} {label:28} {row.measured_bytes / unit:9.1f} "
-              f"{pred / unit:9.1f} {err:+6.1f}")
-    print("\n(S17 in GB = 1e9 B of torch max allocated; S10 in GiB of nvidia-smi)")
-    for source, errs in errors.items():
+        err = 100 * (pred - row.memory_bytes) / row.memory_bytes
+        errors.setdefault(row.source_id, []).append(abs(err))
+        print(f"{row.record_id:6} {row.source_id:4} {label:28} {row.memory_recipe:16} "
+              f"{row.memory_bytes / unit:9.1f} {pred / unit:9.1f} {err:+6.1f}")
+    print("\n(allocated rows in GB = 1e9 B of torch max allocated; device rows in GiB of nvidia-smi)")
+    for source, errs in sorted(errors.items()):
         print(f"MAPE {source}: {np.mean(errs):.1f}% over {len(errs)} rows (max {max(errs):.1f}%)")
-    every = errors["S17"] + errors["S10"]
+    every = [e for errs in errors.values() for e in errs]
     print(f"MAPE all: {np.mean(every):.1f}% over {len(every)} rows")
     print(f"OOM rows predicted not to fit: {sum(oom_ok)}/{len(oom_ok)}")
-    print(f"memory_breakdown over 1e6 plans: {time_million_plans():.2f} s")
+    if not args.no_timing:
+        print(f"memory_breakdown over 1e6 plans: {time_million_plans():.2f} s")
     if args.write:
         ids = [r.record_id for r, f in zip(rows, fit_rows) if f]
-        summary = (f"MAPE {np.mean(errors['S10']):.1f}% there, "
-                   f"{np.mean(errors['S17']):.1f}% on the S17 rows without overhead")
+        allocated_sources = sorted({r.source_id for r in rows if r.memory_kind == "allocated"})
+        summary = (f"MAPE {np.mean([e for s in errors for e in errors[s] if s == 'S10']):.1f}% "
+                   f"there; {', '.join(allocated_sources)} allocated rows checked without overhead")
         _write(k, c / GIB, f"{ids[0]}..{ids[-1]} ({len(ids)} rows)", summary)
         print(f"wrote {YAML}")
     return 0

@@ -2,7 +2,9 @@
 
 Free constants (shared by every row; never one per row): the large-GEMM
 efficiency per GPU generation (ampere, hopper, blackwell), the GEMM size
-factor, the elementwise-traffic factor and the FP8 GEMM speed-up. The loss is
+factor, the elementwise-traffic factor, the FP8 GEMM speed-up and the
+Megatron-DeepSpeed per-layer per-micro-batch fixed cost (only the BLOOM S10
+rows, the one source run with that framework, inform it). The loss is
 the mean squared log ratio of predicted to measured figure, averaged per
 source and then over sources, over every usable throughput row
 (benchmarks/published_runs.csv minus the rows autoconfig.runs skips or marks
@@ -32,17 +34,22 @@ from autoconfig.validation import default_runs_path, evaluate_rows
 
 GENERATIONS = ("ampere", "hopper", "blackwell")
 SCALARS = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup")
+OVERHEAD = "megatron-deepspeed"
+"""Framework whose per-layer per-micro-batch cost is the last free constant."""
+OVERHEAD_SCALE = 1e-3
+"""The overhead is searched in milliseconds so the simplex steps are comparable."""
 
 
 def unpack(base, x):
     eff = dict(base.gemm_efficiency_max)
     eff.update({g: float(v) for g, v in zip(GENERATIONS, x[:3])})
-    return dataclasses.replace(base, gemm_efficiency_max=eff,
-                               **{k: float(v) for k, v in zip(SCALARS, x[3:])})
+    overhead = {**base.layer_overhead_s, OVERHEAD: float(x[6]) * OVERHEAD_SCALE}
+    return dataclasses.replace(base, gemm_efficiency_max=eff, layer_overhead_s=overhead,
+                               **{k: float(v) for k, v in zip(SCALARS, x[3:6])})
 
 
 def loss(x, base, runs) -> float:
-    if np.any(x <= 0) or np.any(x[:3] > 1.0) or x[5] > 2.0:
+    if np.any(x[:6] <= 0) or x[6] < 0 or np.any(x[:3] > 1.0) or x[5] > 2.0:
         return 1e9
     rows = evaluate_rows(runs, unpack(base, x))
     per_source: dict[str, list[float]] = {}
@@ -89,7 +96,8 @@ def main(argv: list[str]) -> int:
     runs = [r for r in load_runs(default_runs_path()) if r.usable and r.throughput_benchmark]
     fixed = float(argv[argv.index("--fix-size-factor") + 1]) if "--fix-size-factor" in argv else None
     x0 = np.array([base.gemm_efficiency_max[g] for g in GENERATIONS]
-                  + [getattr(base, k) for k in SCALARS])
+                  + [getattr(base, k) for k in SCALARS]
+                  + [max(base.layer_overhead_s.get(OVERHEAD, 0.0) / OVERHEAD_SCALE, 2.0)])
     x0[3] = max(x0[3], 0.3)
 
     def full(p):
@@ -107,8 +115,9 @@ def main(argv: list[str]) -> int:
     print(f"fitted on {len(rows)} rows: {', '.join(r.run.record_id for r in rows)}")
     for g, v in zip(GENERATIONS, x[:3]):
         print(f"gemm_efficiency_max.{g}: {v:.4f}")
-    for k, v in zip(SCALARS, x[3:]):
+    for k, v in zip(SCALARS, x[3:6]):
         print(f"{k}: {v:.4f}")
+    print(f"layer_overhead_s.{OVERHEAD}: {x[6] * OVERHEAD_SCALE:.5f}")
     print(f"loss (mean squared log ratio): {value:.5f}; "
           f"MAPE {np.mean([r.abs_pct_error for r in rows]):.1f}%; "
           + ", ".join(f"{s} {np.mean(e):.1f}%" for s, e in sorted(by_source.items())))

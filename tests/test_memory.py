@@ -10,13 +10,14 @@ import pytest
 from autoconfig.activations import (chunks_in_flight, layer_activation_bytes,
                                     layer_stored_widths)
 from autoconfig.catalog import get_gpu, get_model
-from autoconfig.errors import CatalogError
+from autoconfig.errors import CatalogError, InputError
 from autoconfig.memory import (allocated_bytes, distributed_optimizer_bytes_per_param,
                                fits, load_constants, memory_breakdown, stage_breakdown,
                                stage_params, usable_bytes)
 from autoconfig.model import ModelSpec, attention_weight_params, mlp_weight_params
 from autoconfig.paths import benchmarks_dir
 from autoconfig.plan import RECOMPUTE_KINDS, Plan, PlanTable, Workload
+from autoconfig.validation import predict_memory_bytes, validate
 
 GIB = 2**30
 NONE, SELECTIVE, FULL = (RECOMPUTE_KINDS.index(k) for k in RECOMPUTE_KINDS)
@@ -57,12 +58,44 @@ def test_gqa_and_swiglu_widths_from_tensor_shapes() -> None:
     assert layer_stored_widths(gpt(2, 4096, 32)) == (10 * 4096, 24 * 4096)
     llama = get_model("llama3", "8b")  # h 4096, kv 8 x 128 = 1024, SwiGLU ffn 14336
     replicated, split = layer_stored_widths(llama)
-    assert replicated == 10 * 4096
+    assert replicated == 8 * 4096  # no dropout masks: Llama trains without dropout
     assert split == 4 * 4096 + 4 * 1024 + 6 * 14336
     # Context parallel splits the sequence: half the tokens, half the bytes.
     one = layer_activation_bytes(llama, 8192, 1, 8, True, NONE, cp=1)
     two = layer_activation_bytes(llama, 8192, 1, 8, True, NONE, cp=2)
     assert float(two) == pytest.approx(float(one) / 2)
+
+
+def test_no_dropout_drops_the_mask_bytes() -> None:
+    """Korthikanti's 34 sbh has two 1-byte hidden-dropout masks (2 sbh) and the
+    5as^2b/t scores a 1-byte mask and a 2-byte dropout output per score: with
+    dropout 0 they are 32 sbh and 2 a s^2 b / t."""
+    s, b, h, a, t = 2048, 2, 4096, 32, 4
+    with_dropout = gpt(2, h, a, seq=s)
+    without = replace(with_dropout, hidden_dropout=0.0, attention_dropout=0.0)
+    sbh = s * b * h
+    assert float(layer_activation_bytes(without, s, b, 1, False, NONE)) == pytest.approx(32 * sbh)
+    assert float(layer_activation_bytes(without, s, b, 1, False, NONE, flash_attention=False)) \
+        == pytest.approx(sbh * (32 + 2 * a * s / h))
+    assert float(layer_activation_bytes(without, s, b, t, True, NONE)) == pytest.approx(32 * sbh / t)
+    only_attention = replace(with_dropout, attention_dropout=0.0)
+    assert float(layer_activation_bytes(only_attention, s, b, 1, False, NONE)) \
+        == pytest.approx(34 * sbh)
+    # The first stage also loses the embedding dropout mask (s b h per micro-batch).
+    plans = PlanTable.from_plans([Plan(tp=1, pp=2, dp=1, mbs=b)])
+    wl = Workload(global_batch_size=8 * b, seq_len=s)
+    first = stage_breakdown(with_dropout, wl, plans, "first")
+    first_nd = stage_breakdown(without, wl, plans, "first")
+    in_flight = 2  # first stage of pp 2 holds two micro-batches
+    layers_per_stage = 1
+    expected = in_flight * (layers_per_stage * 2 * sbh + sbh)
+    assert float(first.activations_bytes[0] - first_nd.activations_bytes[0]) == pytest.approx(
+        expected)
+
+
+def test_dropout_must_be_a_probability() -> None:
+    with pytest.raises(InputError, match="hidden_dropout"):
+        replace(gpt(2, 512, 8), hidden_dropout=1.5)
 
 
 # --- Figure 1 of Korthikanti et al. via calculon (memory-formulas.md 1.2) --------------
@@ -249,7 +282,7 @@ def test_one_row_table_and_vectorised_agree() -> None:
                        + whole.activations_bytes + whole.logits_bytes + whole.overhead_bytes)
 
 
-# --- measured rows (benchmarks/memory_rows.csv) ------------------------------------------
+# --- measured rows (published_runs.csv through autoconfig.runs) ----------------------------
 
 def _fit_module():
     spec = importlib.util.spec_from_file_location("fit_memory",
@@ -265,9 +298,24 @@ A100 = get_gpu("a100-80gb")
 
 
 def _predicted_fit(row) -> bool:
-    breakdown = memory_breakdown(row.model, row.workload, PlanTable.from_plans([row.plan]), A100,
-                                 flash_attention=row.flash_attention, recipe=row.recipe)
-    return bool(fits(breakdown, A100)[0])
+    return predict_memory_bytes(row)[1] <= usable_bytes(A100)
+
+
+def test_memory_rows_map_precision_recipe_stage_and_kind() -> None:
+    assert ROWS["R0406"].memory_recipe == "fp16"           # 02-17 fp16, ZeRO-1
+    assert ROWS["R0527"].memory_recipe == "bf16_fp32_accum"  # 02-28 BF16 optimizer
+    assert ROWS["R0527"].plan.distributed_optimizer          # ZeRO-1 shards the fp32 states
+    assert (ROWS["R0406"].memory_kind, ROWS["R0406"].memory_stage) == ("device", "worst")
+    assert (ROWS["R0581"].memory_kind, ROWS["R0581"].memory_stage) == ("allocated", "last")
+    assert ROWS["R0406"].memory_bytes == 67 * GIB
+    assert ROWS["R0581"].memory_bytes == pytest.approx(60.489e9)
+    assert ROWS["R0493"].oom and ROWS["R0493"].memory_bytes is None
+
+
+def test_bf16_fp32_accum_recipe_costs_more_than_fp16() -> None:
+    row = ROWS["R0527"]
+    as_fp16 = replace(row, memory_recipe="fp16")
+    assert predict_memory_bytes(row)[0] > predict_memory_bytes(as_fp16)[0]
 
 
 def test_bloom_oom_row_predicted_not_to_fit() -> None:
@@ -284,8 +332,8 @@ def test_bloom_rows_clearly_below_capacity_fit() -> None:
     """Rows measured under 90% of the usable HBM must be predicted to fit; rows
     within the model's error of the capacity are not decidable."""
     limit = 0.9 * usable_bytes(A100)
-    clear = [r for r in ROWS.values() if r.source_id == "S10" and r.measured_bytes
-             and r.measured_bytes < limit]
+    clear = [r for r in ROWS.values() if r.source_id == "S10" and r.memory_bytes
+             and r.memory_bytes < limit]
     assert len(clear) >= 30
     assert all(_predicted_fit(r) for r in clear)
 
@@ -299,9 +347,19 @@ def test_bloom_row_at_capacity_r0451() -> None:
 def test_ci_rows_compare_allocated_bytes_of_the_last_stage() -> None:
     row = ROWS["R0581"]  # tp1 pp4 vp8: the last rank holds 28 + 1 one-layer chunks
     b = stage_breakdown(row.model, row.workload, PlanTable.from_plans([row.plan]), "last")
-    assert FIT.predict(row, load_constants())[0] == pytest.approx(float(allocated_bytes(b)[0]))
+    assert predict_memory_bytes(row)[0] == pytest.approx(float(allocated_bytes(b)[0]))
     first = stage_breakdown(row.model, row.workload, PlanTable.from_plans([row.plan]), "first")
     assert first.activations_bytes[0] > b.activations_bytes[0]
+
+
+def test_validate_and_fit_script_use_the_same_mapping() -> None:
+    report = validate()
+    by_id = {m.run.record_id: m for m in report.memory}
+    assert set(by_id) == set(ROWS)
+    for rid in ("R0406", "R0527", "R0581"):
+        allocated, device = predict_memory_bytes(ROWS[rid])
+        expected = allocated if ROWS[rid].memory_kind == "allocated" else device
+        assert by_id[rid].predicted_bytes == pytest.approx(expected)
 
 
 def test_fit_overhead_recovers_known_constants() -> None:
@@ -318,3 +376,19 @@ def test_memory_yaml_numbers_need_sources(tmp_path) -> None:
     broken.write_text(text.replace('source: "PyTorch OOM messages', 'note: "PyTorch OOM messages'))
     with pytest.raises(CatalogError, match="usable_fraction"):
         load_constants(broken)
+
+
+def test_dropout_from_catalog_family_or_megatron_default() -> None:
+    from autoconfig.catalog import model_from_mapping
+    shape = dict(num_layers=4, hidden_size=1024, num_heads=8, num_kv_heads=8,
+                 ffn_hidden_size=4096, vocab_size=32000, seq_len=2048)
+    assert get_model("llama3", "8b").hidden_dropout == 0.0  # configs/models: no dropout
+    assert get_model("gpt3", "175b").attention_dropout == 0.1
+    scaled_llama = model_from_mapping({**shape, "family": "llama3"}, "x", "test")
+    assert (scaled_llama.hidden_dropout, scaled_llama.attention_dropout) == (0.0, 0.0)
+    plain = model_from_mapping(shape, "x", "test")
+    assert (plain.hidden_dropout, plain.attention_dropout) == (0.1, 0.1)
+    given = model_from_mapping({**shape, "family": "llama3", "hidden_dropout": 0.2}, "x", "test")
+    assert given.hidden_dropout == 0.2
+    with pytest.raises(CatalogError, match="hidden_dropout"):
+        model_from_mapping({**shape, "hidden_dropout": "high"}, "x", "test")

@@ -63,11 +63,19 @@ def test_gemm_roofline_penalty():
 
 
 def test_bubble_is_p_minus_1_over_v_m_of_pipeline_time():
+    """(p-1)/(v m) of the last stage's busy time, less its output layer: the fill
+    and drain slots are the other stages' micro-batches, which have no logits."""
+    from autoconfig.perf import _forward_times
     for vp in (1, 2, 3):
-        perf = one(plan(vp=vp))
+        p = plan(vp=vp)
+        perf = one(p)
         micro = WORKLOAD.global_batch_size / 16
         busy = perf["compute_s"] + perf["recompute_s"] + perf["tp_comm_s"] + perf["cp_comm_s"]
-        assert perf["pp_bubble_s"] / busy == pytest.approx((8 - 1) / (vp * micro))
+        logits = float(_forward_times(GPT3, WORKLOAD, PlanTable.from_plans([p]), A100,
+                                      load_constants(), SoftwareFeatures())["logits"][0])
+        expected = (8 - 1) / (vp * micro) * (busy - micro * 3.0 * logits)
+        assert perf["pp_bubble_s"] == pytest.approx(expected)
+        assert perf["pp_bubble_s"] / busy < (8 - 1) / (vp * micro)
 
 
 def test_more_microbatches_smaller_bubble_fraction():
@@ -208,3 +216,32 @@ def test_perf_yaml_without_source_is_a_catalog_error(tmp_path):
     bad.write_text("source: x\ngemm_efficiency_max:\n  ampere: {value: 0.6}\n")
     with pytest.raises(CatalogError, match="no source"):
         load_constants(bad)
+
+
+def test_framework_layer_overhead_is_per_layer_per_microbatch():
+    """A fixed cost c per layer per micro-batch adds (m + (pp-1)/vp) * (L/pp) * c:
+    every micro-batch on the slowest stage plus the bubble's pp-1 micro-batch slots."""
+    constants = dataclasses.replace(load_constants(), layer_overhead_s={"megatron-deepspeed": 0.01})
+    p = plan(pp=8, dp=16, mbs=1)
+    core = one(p, constants=constants)["step_time_s"]
+    ds = one(p, constants=constants,
+             software=SoftwareFeatures(framework="megatron-deepspeed"))["step_time_s"]
+    micro = WORKLOAD.global_batch_size / (p.mbs * p.dp)
+    layers = GPT3.num_layers / p.pp
+    assert ds - core == pytest.approx((micro + (p.pp - 1)) * layers * 0.01)
+    # It is what makes small micro-batches slow: MBS 1 pays it four times as often as MBS 4.
+    small = one(plan(pp=8, dp=16, mbs=1), constants=constants,
+                software=SoftwareFeatures(framework="megatron-deepspeed"))["compute_s"]
+    small_core = one(plan(pp=8, dp=16, mbs=1), constants=constants)["compute_s"]
+    big = one(plan(pp=8, dp=16, mbs=4), constants=constants,
+              software=SoftwareFeatures(framework="megatron-deepspeed"))["compute_s"]
+    big_core = one(plan(pp=8, dp=16, mbs=4), constants=constants)["compute_s"]
+    assert small - small_core == pytest.approx(4 * (big - big_core))
+
+
+def test_shipped_layer_overhead_only_for_megatron_deepspeed():
+    constants = load_constants()
+    assert constants.layer_overhead_s.get("megatron-core", 0.0) == 0.0
+    assert constants.layer_overhead_s["megatron-deepspeed"] > 0.0
+    unknown = one(plan(), software=SoftwareFeatures(framework="other"))["step_time_s"]
+    assert unknown == pytest.approx(one(plan())["step_time_s"])

@@ -77,6 +77,34 @@ def test_inconsistent_bloom_rows_are_rejected():
     assert row_to_run(row).usable
 
 
+def test_rows_unusable_for_throughput_still_measure_memory(runs):
+    oom = runs["R0493"]  # BLOOM TP2 PP6 MBS2: OOM, no throughput
+    assert not oom.usable and oom.memory_usable and oom.oom
+    assert oom.plan is not None and oom.plan.distributed_optimizer
+    assert runs["R0404"].software.framework == "megatron-deepspeed"
+    assert runs["R0007"].software.framework == "megatron-core"
+
+
+def test_ci_vocab_padded_to_128_times_tp(runs):
+    assert runs["R0581"].model.vocab_size == 131200   # tp1: 131073 -> multiple of 128
+    assert runs["R0584"].model.vocab_size == 131584   # tp4: multiple of 512
+
+
+def test_llama_rows_train_without_dropout(runs):
+    llama = next(r for r in runs.values() if r.source_id == "S08" and r.model is not None)
+    assert llama.model.hidden_dropout == 0.0 and llama.model.attention_dropout == 0.0
+    assert runs["R0007"].model.hidden_dropout == 0.1
+
+
+def test_equal_measured_rates_give_equal_measured_step_times(runs):
+    a, b = runs["R0130"], runs["R0158"]  # 405B on 256 GB200, both 793 tokens/s/GPU
+    assert a.measured == b.measured
+    rows = evaluate_rows([a, b])
+    assert rows[0].measured_step_s == rows[1].measured_step_s  # a tie, not float noise
+    assert rows[0].measured_step_s == pytest.approx(
+        a.workload.tokens_per_step / a.cluster.num_gpus / 793)
+
+
 def test_spearman_plain_numbers():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
@@ -105,6 +133,9 @@ def test_validate_cli_prints_mape_lines():
     assert "rho =" in out
     assert "Memory" in out
     assert "Traceback" not in out + result.stderr
+    memory = out[out.index("Memory MAPE per source"):]
+    assert "MAPE S10:" in memory and "MAPE S17:" in memory  # per source, one mapping
+    assert "OOM rows predicted not to fit" in memory
 
 
 def test_validate_cli_full_table_lists_rows():
