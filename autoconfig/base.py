@@ -10,6 +10,7 @@ only says how they combine.
 """
 
 import math
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,8 @@ from autoconfig.catalog import model_from_mapping
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic
-from autoconfig.hyperparams import (batch_sequences, gpt3_table, init_std, steps_for,
-                                    table_batch_tokens, table_lr, table_row)
+from autoconfig.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
+                                    steps_for, table_batch_tokens, table_lr, table_row)
 from autoconfig.model import ModelSpec, total_params
 from autoconfig.plan import PRECISIONS
 from autoconfig.shape import (describe_rule, family_template, names_one_model,
@@ -203,8 +204,10 @@ def _hp(key: str) -> Sourced:
     return heuristic("hyperparameters", key)
 
 
-def _batch_and_lr(params: int, seq_len: int) -> tuple[dict[str, Any], dict[str, str]]:
-    """Global batch (sequences) and peak LR from the GPT-3 table, with rationale."""
+def _batch_and_lr(model: ModelSpec, params: int, seq_len: int
+                  ) -> tuple[dict[str, Any], dict[str, str]]:
+    """Global batch (sequences) and peak LR from the GPT-3 table, with rationale;
+    a catalog model's own published batch wins over the table's."""
     table = gpt3_table()
     granule = int(_hp("batch_granule_sequences").value)
     batch_tok = table_batch_tokens(params, table)
@@ -217,6 +220,11 @@ def _batch_and_lr(params: int, seq_len: int) -> tuple[dict[str, Any], dict[str, 
                                  f"{seq_len} = {batch_tok / seq_len:.1f} sequences, to a multiple "
                                  f"of {granule}: " + _hp("batch_granule_sequences").source),
            "lr": f"GPT-3 Table 2.1 learning rate ({how}): {table.source}"}
+    published = published_batch(model, seq_len)
+    if published is not None:
+        values["global_batch_size"] = published
+        why["global_batch_size"] = (f"{model.name}'s published training batch "
+                                    f"(configs/models/{model.name}.yaml cites it)")
     return values, why
 
 
@@ -290,7 +298,7 @@ def make_base(req: BaseRequest) -> BaseConfig:
            "seq_len": "given (--seq-len)" if req.seq_len else f"default of {model.name}'s family",
            "precision": "given (--precision)" if req.precision else _hp("precision").source,
            "flops_formula": f"C = {k} N T: " + heuristic("scaling", formula_key).source}
-    batch, batch_why = _batch_and_lr(params, model.seq_len)
+    batch, batch_why = _batch_and_lr(model, params, model.seq_len)
     parts = [(batch, batch_why),
              _schedule(batch["lr"], tokens, batch["global_batch_size"] * model.seq_len),
              _optimizer_and_init(model.hidden_size)]
@@ -299,6 +307,10 @@ def make_base(req: BaseRequest) -> BaseConfig:
     for part_values, part_why in parts:
         values.update(part_values)
         why.update(part_why)
+    # The model trains with the dropout recommended here, so memory and search
+    # downstream count (or skip) dropout masks accordingly.
+    values["model"] = replace(model, hidden_dropout=values["hidden_dropout"],
+                              attention_dropout=values["attention_dropout"])
     values.setdefault("gpu_name", None)
     values.setdefault("nodes", None)
     values.setdefault("gpus_per_node", None)
@@ -309,7 +321,8 @@ def make_base(req: BaseRequest) -> BaseConfig:
 
 _MODEL_KEYS = ("name", "family", "size", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
                "ffn_hidden_size", "vocab_size", "seq_len", "mlp_kind", "norm_kind",
-               "position_embedding", "tied_embeddings", "has_bias")
+               "position_embedding", "tied_embeddings", "has_bias", "hidden_dropout",
+               "attention_dropout", "published_global_batch_size")
 _TRAINING_KEYS = ("params", "tokens", "seq_len", "global_batch_size", "precision", "train_steps",
                   "flops_formula", "total_flops", "days", "budget_days", "utilisation",
                   "utilisation_kind", "peak_tflops_per_gpu")
@@ -386,8 +399,12 @@ def base_yaml_text(cfg: BaseConfig) -> str:
 
 
 def write_base_yaml(cfg: BaseConfig, path: Path) -> None:
+    """Write atomically: a reader never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        Path(path).write_text(base_yaml_text(cfg))
+        tmp.write_text(base_yaml_text(cfg))
+        os.replace(tmp, path)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
 

@@ -92,6 +92,13 @@ def batch_sequences(batch_tokens: float, seq_len: int, granule: int) -> int:
     return max(1, 2 ** int(round(math.log2(max(raw, 1.0)))))
 
 
+def published_batch(model, seq_len: int) -> int | None:
+    """The model's own published batch, when it was stated for this sequence length."""
+    if model.published_global_batch_size is None or seq_len != model.seq_len:
+        return None
+    return model.published_global_batch_size
+
+
 def heuristic_global_batch_size(params: float, seq_len: int) -> int:
     """The GPT-3 table's batch for this size, in sequences of ``seq_len``, rounded to
     the batch granule: what ``autoconfig base`` proposes (for other commands)."""

@@ -288,3 +288,14 @@ def test_parse_tokens():
     assert b.parse_tokens("Chinchilla") == b.CHINCHILLA
     with pytest.raises(InputError, match="'3 trillion'"):
         b.parse_tokens("3 trillion")
+
+
+def test_published_batch_wins_over_the_gpt3_table() -> None:
+    """Llama 2 states 4M tokens (1024 x 4096); the GPT-3 table would say otherwise."""
+    cfg = b.make_base(b.BaseRequest(model="llama2", size="7b"))
+    assert cfg.global_batch_size == 1024
+    assert "published training batch" in dict(cfg.rationale)["global_batch_size"]
+    # Another sequence length is not what was published: back to the table.
+    other = b.make_base(b.BaseRequest(model="llama2", size="7b", seq_len=2048))
+    assert other.seq_len == 2048
+    assert "GPT-3 Table 2.1" in dict(other.rationale)["global_batch_size"]

@@ -71,3 +71,14 @@ def test_user_model_file(tmp_path: Path) -> None:
                     "num_heads: 8\nffn_hidden_size: 2048\nvocab_size: 32000\nseq_len: 1024\n")
     model = catalog.get_model(str(path))
     assert (model.name, model.num_kv_heads) == ("mine", 8)
+
+
+def test_published_batch_needs_its_source(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nsource: my own design\nnum_layers: 8\nhidden_size: 512\n"
+                    "num_heads: 8\nffn_hidden_size: 2048\nvocab_size: 32000\nseq_len: 1024\n"
+                    "published_global_batch_size: 64\n")
+    with pytest.raises(CatalogError, match="published_global_batch_size has no"):
+        catalog.model_from_yaml(path)
+    path.write_text(path.read_text() + "published_global_batch_size_source: our paper\n")
+    assert catalog.model_from_yaml(path).published_global_batch_size == 64

@@ -120,10 +120,14 @@ def gpus_per_node_for(gpu: GPU, gpus_per_node: int | None) -> int:
 
 
 def default_global_batch_size(model: ModelSpec, seq_len: int) -> int:
-    """The base-config heuristic's batch, as `autoconfig base` chooses it: the
-    GPT-3 paper's batch tokens by model size, in sequences of seq_len."""
-    from autoconfig.hyperparams import heuristic_global_batch_size
+    """The batch `autoconfig base` chooses: the model's published batch where its
+    catalog file states one, else the GPT-3 paper's batch tokens by model size
+    in sequences of seq_len."""
+    from autoconfig.hyperparams import heuristic_global_batch_size, published_batch
     from autoconfig.model import total_params
+    published = published_batch(model, seq_len)
+    if published is not None:
+        return published
     return heuristic_global_batch_size(total_params(model), seq_len)
 
 
