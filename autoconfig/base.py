@@ -322,7 +322,7 @@ def make_base(req: BaseRequest) -> BaseConfig:
 _MODEL_KEYS = ("name", "family", "size", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
                "ffn_hidden_size", "vocab_size", "seq_len", "mlp_kind", "norm_kind",
                "position_embedding", "tied_embeddings", "has_bias", "hidden_dropout",
-               "attention_dropout", "published_global_batch_size")
+               "attention_dropout", "published_batch_tokens")
 _TRAINING_KEYS = ("params", "tokens", "seq_len", "global_batch_size", "precision", "train_steps",
                   "flops_formula", "total_flops", "days", "budget_days", "utilisation",
                   "utilisation_kind", "peak_tflops_per_gpu")

@@ -46,10 +46,10 @@ def model_from_yaml(path: Path) -> ModelSpec:
     """Parse and validate one model file; its ``source:`` covers the shape."""
     data = load_yaml(path)
     require_source(data, path)
-    if "published_global_batch_size" in data and \
-            not str(data.get("published_global_batch_size_source", "")).strip():
-        raise CatalogError(f"{path}: published_global_batch_size has no "
-                           "published_global_batch_size_source")
+    if "published_batch_tokens" in data and \
+            not str(data.get("published_batch_tokens_source", "")).strip():
+        raise CatalogError(f"{path}: published_batch_tokens has no "
+                           "published_batch_tokens_source")
     missing = [key for key in _MODEL_INTS if key not in data and key != "num_kv_heads"]
     if missing:
         raise CatalogError(f"{path}: missing field(s) {', '.join(missing)}")
@@ -73,7 +73,7 @@ def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
         has_bias=bool(data.get("has_bias", True)),
         hidden_dropout=_probability(data, "hidden_dropout", where),
         attention_dropout=_probability(data, "attention_dropout", where),
-        published_global_batch_size=data.get("published_global_batch_size"),
+        published_batch_tokens=data.get("published_batch_tokens"),
         family=str(data.get("family", "")), size_label=str(data.get("size", "")))
 
 

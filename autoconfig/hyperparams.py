@@ -93,10 +93,10 @@ def batch_sequences(batch_tokens: float, seq_len: int, granule: int) -> int:
 
 
 def published_batch(model, seq_len: int) -> int | None:
-    """The model's own published batch, when it was stated for this sequence length."""
-    if model.published_global_batch_size is None or seq_len != model.seq_len:
+    """The model's own published batch in sequences of ``seq_len`` (at least one)."""
+    if model.published_batch_tokens is None:
         return None
-    return model.published_global_batch_size
+    return max(1, round(model.published_batch_tokens / seq_len))
 
 
 def heuristic_global_batch_size(params: float, seq_len: int) -> int:

@@ -42,10 +42,10 @@ class ModelSpec:
     attention_dropout: float = 0.1
     """Dropout on the attention probabilities: Megatron-LM ``--attention-dropout``
     default 0.1; 0.0 in NeMo ``LlamaConfig``/``Llama3Config``."""
-    published_global_batch_size: int | None = None
-    """The training batch in sequences of ``seq_len`` that the model's own
-    publication states (its catalog file cites it); None where none is stated,
-    and the GPT-3 table's batch by size is used instead."""
+    published_batch_tokens: int | None = None
+    """Tokens per optimizer step that the model's own publication states (its
+    catalog file cites it); None where none is stated, and the GPT-3 table's
+    batch by size is used instead. In tokens so it holds for any sequence length."""
     family: str = ""
     size_label: str = ""
 
@@ -62,10 +62,10 @@ class ModelSpec:
         if self.num_heads % self.num_kv_heads:
             raise InputError(f"invalid kv heads {self.num_kv_heads} for model {self.name!r}: "
                              f"must divide heads {self.num_heads}")
-        batch = self.published_global_batch_size
+        batch = self.published_batch_tokens
         if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                                   or batch < 1):
-            raise InputError(f"invalid published_global_batch_size {batch!r} for model "
+            raise InputError(f"invalid published_batch_tokens {batch!r} for model "
                              f"{self.name!r}: must be a positive integer")
         for field in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, field)

@@ -77,8 +77,8 @@ def test_published_batch_needs_its_source(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("name: mine\nsource: my own design\nnum_layers: 8\nhidden_size: 512\n"
                     "num_heads: 8\nffn_hidden_size: 2048\nvocab_size: 32000\nseq_len: 1024\n"
-                    "published_global_batch_size: 64\n")
-    with pytest.raises(CatalogError, match="published_global_batch_size has no"):
+                    "published_batch_tokens: 65536\n")
+    with pytest.raises(CatalogError, match="published_batch_tokens has no"):
         catalog.model_from_yaml(path)
-    path.write_text(path.read_text() + "published_global_batch_size_source: our paper\n")
-    assert catalog.model_from_yaml(path).published_global_batch_size == 64
+    path.write_text(path.read_text() + "published_batch_tokens_source: our paper\n")
+    assert catalog.model_from_yaml(path).published_batch_tokens == 65536
