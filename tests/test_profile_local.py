@@ -2,19 +2,17 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
-import click
 import pandas as pd
 import pytest
 
 from autoconfig.catalog import get_gpu, get_model
 from autoconfig.cli import cli, main
-from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.hardware import Cluster
 from autoconfig.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
+from profile_probe import probe_command
 
 PLANS = [Plan(tp=1, pp=1, dp=2), Plan(tp=2, pp=1, dp=1, sp=True, recompute="full")]
 
@@ -89,16 +87,7 @@ def test_report_command_on_a_folder_without_results_is_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@click.command("profile-probe-local")
-@profile_options
-@click.option("-o", "out_dir")
-def _probe_cmd(out_dir, **kwargs):
-    options = pop_profile_options(kwargs)
-    model = get_model("tiny")
-    cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=4)
-    run_profiling([RankedPlan(Plan(tp=4, pp=2, dp=1))], model,
-                  Workload(global_batch_size=8, seq_len=model.seq_len), cluster, options,
-                  Path(out_dir))
+_probe_cmd = probe_command("profile-probe-local", Plan(tp=4, pp=2, dp=1), gpus_per_node=4, global_batch_size=8)
 
 
 def test_plan_needing_more_ranks_than_local_is_exit_2_and_store_untouched(tmp_path, capsys):

@@ -15,17 +15,16 @@ import threading
 import time
 from pathlib import Path
 
-import click
 import pytest
 
 from autoconfig.catalog import get_gpu, get_model
 from autoconfig.cli import cli, main
-from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.errors import LaunchError
 from autoconfig.hardware import Cluster
 from autoconfig.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
+from profile_probe import probe_command
 from autoconfig.profiling.launch import JobItem, LaunchOptions, probe_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,16 +193,7 @@ def test_dry_run_prints_sbatch_scripts_without_submitting(tmp_path):
     assert not any(tmp_path.iterdir())           # nothing written
 
 
-@click.command("profile-probe")
-@profile_options
-@click.option("-o", "out_dir")
-def _probe_cmd(out_dir, **kwargs):
-    options = pop_profile_options(kwargs)
-    model = get_model("tiny")
-    cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=2)
-    run_profiling([RankedPlan(Plan(tp=2, pp=1, dp=1))], model,
-                  Workload(global_batch_size=4, seq_len=model.seq_len), cluster, options,
-                  Path(out_dir))
+_probe_cmd = probe_command("profile-probe", Plan(tp=2, pp=1, dp=1), gpus_per_node=2, global_batch_size=4)
 
 
 def _run_cli(args, capsys):
