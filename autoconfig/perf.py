@@ -89,12 +89,34 @@ class SoftwareFeatures:
     megatron-core --account-for-embedding/loss-in-pipeline-split), so the last stage
     holds (L + 2)/pp - 1 transformer layers; off (Megatron default): L/pp."""
     framework: str = "megatron-core"
-    """Training framework (``megatron-core`` or ``megatron-deepspeed``): picks the
-    per-layer per-micro-batch fixed cost of heuristics/perf.yaml."""
+    """Training framework (``megatron-core``, ``megatron-deepspeed`` or
+    ``llm-foundry/FSDP``): picks the per-layer per-micro-batch fixed cost of
+    heuristics/perf.yaml."""
     grad_reduce_bytes: int = 4
     """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
     for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
     megatron/training/arguments.py), so 4; fp16 runs of 2020-21 reduce in fp16, so 2."""
+    tp_comm_overlap: bool = False
+    """Transformer Engine's userbuffers comm-GEMM overlap (Megatron --tp-comm-overlap;
+    on in the Megatron-Bridge performance recipes: comm_overlap.tp_comm_overlap_cfg =
+    userbuffers_*): each TP all-gather / reduce-scatter is split and pipelined with
+    the GEMM next to it, so only TP traffic longer than the layer's weight GEMMs is
+    exposed. Off (Megatron-LM default): all of it is."""
+    param_gathers_per_microbatch: int = 0
+    """Fully sharded data parallel (PyTorch FSDP; Zhao et al. 2023, "PyTorch FSDP",
+    Sec. 3): each layer's bf16 parameters are all-gathered over the DP group just
+    before use and freed after, and its gradients reduce-scattered as its backward
+    ends, for every micro-batch. 2 for FULL_SHARD (ZeRO-3: gathered in forward and
+    again in backward; a full recompute runs inside that backward gather), 1 for
+    SHARD_GRAD_OP (ZeRO-2: kept from forward to backward), 0 for Megatron (the
+    distributed optimizer gathers once per step; see ``overlap_grad_reduce``)."""
+    overlap_sharded_comm: bool = True
+    """With ``param_gathers_per_microbatch`` > 0: FSDP prefetches the next layer's
+    all-gather while the current layer computes (forward_prefetch,
+    backward_prefetch=BACKWARD_PRE: the defaults of llm-foundry's FSDP config) and
+    reduce-scatters a layer's gradients while earlier layers run backward, so only
+    what exceeds the micro-batch's compute, plus the first layer's gather that
+    nothing precedes, is exposed; off: all of it."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +246,8 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     compute_mb = 3.0 * (layers * layer_fwd + logits_fwd)
 
     tp_mb = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
+    if sw.tp_comm_overlap:
+        tp_mb = np.maximum(0.0, tp_mb - (3.0 * layers + rc_layers) * times["weight_gemm"])
     cp_mb = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn)
     fixed_mb = layers * c.layer_overhead_s.get(sw.framework, 0.0)
     per_mb = compute_mb + rc_mb + tp_mb + cp_mb + fixed_mb
@@ -237,8 +261,12 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     bubble = (pp - 1.0) / vp * _fill_drain_microbatch_s(model, sw, pp, layers, per_mb,
                                                         3.0 * logits_fwd)
 
-    dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
-                       backward_window_s=2.0 * (layers * layer_fwd + logits_fwd))
+    if sw.param_gathers_per_microbatch > 0:
+        dp_comm = micro * _sharded_dp_comm_per_microbatch(
+            model, cluster, c, sw, t, cp, dp, layers, window_s=per_mb)
+    else:
+        dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
+                           backward_window_s=2.0 * (layers * layer_fwd + logits_fwd))
     optimizer = _optimizer_s(model, c, plans, t, cp, dp, layers, hbm)
 
     compute = micro * compute_mb
@@ -309,6 +337,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8
     return {"layer": weight_gemm + attn + factor * total, "attention": attn,
+            "weight_gemm": weight_gemm,
             "scores": factor * (total - linear), "logits": logits}
 
 
@@ -381,6 +410,38 @@ def _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers, backward_window_s)
     if sw.overlap_grad_reduce:
         return np.maximum(0.0, comm - backward_window_s)
     return comm
+
+
+def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, window_s):
+    """Exposed fully-sharded data-parallel traffic of one micro-batch (PyTorch FSDP).
+
+    Per layer (FSDP wraps each transformer block as a unit) and for the
+    embedding/output unit: ``param_gathers_per_microbatch`` all-gathers of the
+    bf16 parameters and one reduce-scatter of the gradients
+    (``grad_reduce_bytes`` each), each half a (hierarchical) all-reduce of its
+    bytes over the dp*cp group, every micro-batch. With overlap only the part
+    longer than the micro-batch's compute ``window_s`` is exposed, and never
+    less than the first unit's gather, which nothing can hide.
+    """
+    gpu = cluster.gpu
+    group = dp * cp
+    k = members_in_domain(group, t, cluster.nvlink_domain_gpus)
+    nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+
+    def unit(params):
+        gather = 0.5 * hierarchical_allreduce_s(params * BF16_BYTES, group, k, nv, ib,
+                                                c.comm_latency_s)
+        reduce = 0.5 * hierarchical_allreduce_s(params * sw.grad_reduce_bytes, group, k, nv,
+                                                ib, c.comm_latency_s)
+        return gather, sw.param_gathers_per_microbatch * gather + reduce
+
+    first_gather, per_layer = unit(layer_params(model) / t)
+    _, per_output = unit((output_layer_params(model) or embedding_params(model)) / t)
+    comm = layers * per_layer + per_output
+    if not sw.overlap_sharded_comm:
+        return comm
+    return np.maximum(first_gather, comm - window_s)
 
 
 def _optimizer_s(model, c, plans, t, cp, dp, layers, hbm_bytes_per_s):

@@ -38,8 +38,24 @@ Assumptions per source (see benchmarks/SOURCES.md):
   perf benchmark"), so used for memory and plan ranking, not throughput MAPE.
 * S08 (Megatron-Bridge): SP on when TP > 1 (the recipes' default), no
   recompute, distributed optimizer, Llama 3 vocab 128,256. FP8-CS, FP8-MX,
-  MXFP8 and unqualified FP8 map to ``fp8``; no dropout (Llama recipes).
-  Measured: tokens/s/GPU.
+  MXFP8 and unqualified FP8 map to ``fp8``; no dropout (Llama recipes);
+  TP communication overlapped with GEMMs (the performance recipes set
+  comm_overlap.tp_comm_overlap_cfg = userbuffers_*) and gradients reduced in
+  bf16 (they set ddp.grad_reduce_in_fp32 = False; scripts/performance/configs/
+  llama3/llama3_70b_llm_pretrain.py). Measured: tokens/s/GPU.
+* S09 (llm-foundry benchmark tables, MPT models on the MosaicML platform):
+  pure PyTorch FSDP, read as TP = PP = CP = 1 and DP = all GPUs with the
+  distributed optimizer, plus the per-micro-batch parameter all-gathers and
+  gradient reduce-scatters of ``SoftwareFeatures.param_gathers_per_microbatch``
+  (2 for FULL_SHARD, 1 for SHARD_GRAD_OP), mostly overlapped; activation
+  checkpointing = full recompute; MPT layer (GELU MLP 4h, LayerNorm without
+  biases, learned positions, tied embeddings, no dropout), fused attention;
+  gradients reduced in fp32 (Composer's mixed_precision DEFAULT); framework
+  ``llm-foundry/FSDP``; H100 nodes with the DGX figure of 8 x 400 Gb/s (A100
+  rows state 1600 Gb/s per node, the DGX A100 figure). Measured:
+  tokens/s/GPU (the tables' MFU counts the same FLOPs as
+  ``autoconfig.model.model_flops_per_token``, so comparing tokens/s compares
+  like with like).
 
 Rows that cannot be used for throughput (OOM, inconsistent figures) keep
 their model and plan where those are known, so the memory check
@@ -140,7 +156,7 @@ def _gpu_name(gpu_type: str) -> str | None:
     if "H100" in text:
         return "h100-80gb"
     if "A100" in text:
-        return "a100-40gb" if "2020" in text else "a100-80gb"
+        return "a100-40gb" if "2020" in text or "A100 40GB" in text else "a100-80gb"
     return None
 
 
@@ -193,6 +209,11 @@ def row_to_run(row: dict) -> Run:
     if row["source_id"] == "S10":
         gpu = dataclasses.replace(gpu, internode_bandwidth_gb_per_s=JEAN_ZAY_IB_GB_PER_S)
         assumptions.append("Jean Zay Omni-Path 6.25 GB/s/GPU")
+    if _pytorch_fsdp(row):
+        assumptions.append(f"{row['dp_sharding'].split(' ')[-1]} as DP + per-micro-batch "
+                           "param gathers and grad reduce-scatter")
+    if row["source_id"] == "S09" and "H100" in row["gpu_type"]:
+        assumptions.append("DGX H100 InfiniBand 8 x 400 Gb/s (not stated)")
     cluster = cluster_from_gpus(gpu, plan.num_gpus, gpu.gpus_per_node)
     measure, measured = _measured(row)
     mem_text = row.get("mem_gb_measured") or ""
@@ -266,13 +287,18 @@ def _shape_reason(row: dict) -> str:
     if _precision(row["precision"]) is None:
         return "NVFP4: no FP4 peak or efficiency in the model"
     sharding = row.get("dp_sharding") or ""
-    if "ZeRO-3" in sharding or "FSDP" in sharding:
+    if ("ZeRO-3" in sharding or "FSDP" in sharding) and not _pytorch_fsdp(row):
         return f"{sharding.split(' (')[0]}: fully sharded data parallel is not modelled"
     if not (_int(row, "num_layers") and _int(row, "hidden_size") and _int(row, "num_heads")):
         return "model shape (layers/hidden/heads) not stated"
     if _int(row, "tp") is None and _int(row, "mp_size_reported") is None:
         return "parallel layout (TP/PP) not stated"
     return ""
+
+
+def _pytorch_fsdp(row: dict) -> bool:
+    """A pure PyTorch FSDP row (llm-foundry, S09): modelled as DP with sharded params."""
+    return (row.get("dp_sharding") or "").startswith("PyTorch FSDP")
 
 
 def _step_matches_tflops(row: dict) -> bool:
@@ -294,6 +320,7 @@ def _model(row: dict, assumptions: list[str]) -> ModelSpec:
     source = row["source_id"]
     h, heads = _int(row, "hidden_size"), _int(row, "num_heads")
     llama = source == "S08"
+    mpt = source == "S09"
     vocab = _int(row, "vocab_size")
     if vocab is None or (row.get("vocab_size") or "").strip() == "250k":
         vocab = LLAMA3_VOCAB if llama else BLOOM_VOCAB if source == "S10" else 51200
@@ -307,15 +334,17 @@ def _model(row: dict, assumptions: list[str]) -> ModelSpec:
     if ffn is None:
         ffn = 4 * h
         assumptions.append("ffn 4h")
+    # Llama recipes train without dropout (NeMo LlamaConfig: 0.0), and so do the MPT
+    # yamls (resid_pdrop/attn_pdrop/emb_pdrop 0.0); others the 0.1 default.
+    dropout = 0.0 if llama or mpt else 0.1
     return ModelSpec(
         name=row["model_name"], num_layers=_int(row, "num_layers"), hidden_size=h,
         num_heads=heads, num_kv_heads=_int(row, "num_kv_heads") or heads,
         ffn_hidden_size=ffn, vocab_size=vocab, seq_len=_int(row, "seq_len"),
         mlp_kind="swiglu" if llama else "gelu", norm_kind="rmsnorm" if llama else "layernorm",
         position_embedding="rope" if llama or source in ("S10", "S17") else "learned",
-        tied_embeddings=not (llama or source == "S17"), has_bias=not llama,
-        # Llama recipes train without dropout (NeMo LlamaConfig: 0.0); others the 0.1 default.
-        hidden_dropout=0.0 if llama else 0.1, attention_dropout=0.0 if llama else 0.1)
+        tied_embeddings=not (llama or source == "S17"), has_bias=not (llama or mpt),
+        hidden_dropout=dropout, attention_dropout=dropout)
 
 
 def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
@@ -343,7 +372,7 @@ def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
     sp = tp > 1 and (sp_text == "yes" or (source == "S08" and not sp_text))
     recompute = _recompute(row, source)
     dist_opt = (row.get("distributed_optimizer") == "yes" or source in ("S08", "S10")
-                or "distributed" in (row.get("dp_sharding") or ""))
+                or "distributed" in (row.get("dp_sharding") or "") or _pytorch_fsdp(row))
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=sp, mbs=mbs, recompute=recompute,
                 distributed_optimizer=dist_opt)
 
@@ -400,6 +429,15 @@ def _software(row: dict) -> SoftwareFeatures:
                                 grad_reduce_bytes=4 if "bf16" == row["precision"][:4] else 2)
     if source == "S15":
         return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=True)
+    if source == "S08":
+        return SoftwareFeatures(tp_comm_overlap=True, grad_reduce_bytes=2)
+    if _pytorch_fsdp(row):
+        # FULL_SHARD gathers each unit's params in forward and again in backward;
+        # SHARD_GRAD_OP keeps them from forward to backward (PyTorch ShardingStrategy
+        # docs). Composer's mixed_precision DEFAULT reduces gradients in fp32.
+        gathers = 1 if "SHARD_GRAD_OP" in row["dp_sharding"] else 2
+        return SoftwareFeatures(framework="llm-foundry/FSDP", param_gathers_per_microbatch=gathers,
+                                overlap_sharded_comm=True, grad_reduce_bytes=4)
     return SoftwareFeatures()
 
 
@@ -407,6 +445,6 @@ def _measured(row: dict) -> tuple[str, float | None]:
     source = row["source_id"]
     if source in ("S01", "S04"):
         return "hardware_tflops_per_gpu", _num(row.get("tflops_per_gpu"))
-    if source in ("S08", "S15"):
+    if source in ("S08", "S09", "S15"):
         return "tokens_per_s_per_gpu", _num(row.get("tokens_per_s_per_gpu"))
     return "step_time_s", _num(row.get("step_time_s"))

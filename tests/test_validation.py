@@ -153,3 +153,47 @@ def test_validate_cli_bad_runs_path_is_one_line_error(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "nope.csv" in lines[0] and lines[0].startswith("error:")
     assert "Traceback" not in result.stderr
+
+
+def test_llm_foundry_rows_are_pure_fsdp_plans(runs):
+    big = runs["R0188"]  # MPT-70B, 512 H100, FULL_SHARD, activation checkpointing
+    assert big.usable
+    p = big.plan
+    assert (p.tp, p.pp, p.cp, p.dp, p.mbs, p.recompute) == (1, 1, 1, 512, 8, "full")
+    assert p.distributed_optimizer
+    assert big.software.framework == "llm-foundry/FSDP"
+    assert big.software.param_gathers_per_microbatch == 2
+    assert big.software.grad_reduce_bytes == 4  # Composer mixed_precision DEFAULT: fp32 reduce
+    assert big.measure == "tokens_per_s_per_gpu" and big.measured == 1007
+    m = big.model
+    shape = (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.vocab_size)
+    assert shape == (80, 8192, 32768, 50368)
+    assert m.tied_embeddings and not m.has_bias and m.hidden_dropout == 0.0
+    assert runs["R0200"].software.param_gathers_per_microbatch == 1  # SHARD_GRAD_OP
+    assert runs["R0197"].plan.recompute == "none"
+    assert runs["R0326"].cluster.gpu.name == "a100-40gb"
+    assert runs["R0265"].cluster.gpu.name == "a100-80gb"
+    assert runs["R0260"].workload.precision == "fp8"
+
+
+def test_llm_foundry_mfu_counts_the_same_flops_as_the_model(runs):
+    """The tables' MFU is (6 N + 12 L h s) FLOPs per token (attention counted whole)
+    times tokens/s over the dense peak; autoconfig's model FLOPs agree within 0.5%,
+    so tokens/s and MFU compare like with like."""
+    from autoconfig.model import model_flops_per_token
+
+    with open(default_runs_path(), newline="") as handle:
+        rows = {r["record_id"]: r for r in csv.DictReader(handle)}
+    for rid in ("R0188", "R0226", "R0264", "R0403"):
+        run, row = runs[rid], rows[rid]
+        flops = model_flops_per_token(run.model, run.workload.seq_len)
+        peak = run.cluster.gpu.peak_tflops(run.workload.precision) * 1e12
+        mfu = float(row["tokens_per_s_per_gpu"]) * flops / peak * 100.0
+        assert mfu == pytest.approx(float(row["mfu_pct"]), rel=0.01)
+
+
+def test_only_short_sequence_llm_foundry_rows_are_shipped(runs):
+    s09 = [r for r in runs.values() if r.source_id == "S09"]
+    assert len(s09) == 128
+    assert all(r.workload.seq_len <= 2048 for r in s09)
+    assert all(r.usable for r in s09)
