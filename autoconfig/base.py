@@ -10,13 +10,13 @@ only says how they combine.
 """
 
 import math
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from autoconfig.atomic import write_atomic
 from autoconfig.budget import (ComputeRate, compute_rate, max_params_chinchilla,
                                max_params_for_tokens, training_days)
 from autoconfig.catalog import model_from_mapping
@@ -400,11 +400,8 @@ def base_yaml_text(cfg: BaseConfig) -> str:
 
 def write_base_yaml(cfg: BaseConfig, path: Path) -> None:
     """Write atomically: a reader never sees half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(base_yaml_text(cfg))
-        os.replace(tmp, path)
+        write_atomic(Path(path), base_yaml_text(cfg))
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
 

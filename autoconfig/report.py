@@ -10,13 +10,12 @@ Flag names: Megatron-LM ``megatron/training/arguments.py``; NeMo 1.x
 ``model.optim.name=distributed_fused_adam``).
 """
 
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 from tabulate import tabulate
 
+from autoconfig.atomic import write_atomic
 from autoconfig.model import ModelSpec, total_params
 from autoconfig.plan import Plan, Workload
 from autoconfig.search import SearchResult, recompute_label
@@ -30,21 +29,6 @@ NEMO_NAME = "nemo_overrides.txt"
 
 TOP_HEADERS = ("#", "TP", "PP", "VP", "CP", "DP", "SP", "MBS", "recompute", "dist-opt",
                "step s", "tok/s/GPU", "TFLOP/s/GPU", "MFU %", "mem GiB/GPU")
-
-
-def write_atomic(path: Path, text: str) -> Path:
-    """Write text to path via a temporary file and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def top_rows(result: SearchResult, n: int) -> list[tuple]:

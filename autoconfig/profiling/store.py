@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from autoconfig.atomic import write_atomic
 from autoconfig.plan import PLAN_FIELDS, Plan
 
 PLANS_FILE = "plans.csv"
@@ -64,8 +65,8 @@ def result_record(result, **extra) -> dict:
 def write_plans(out_dir: Path, plans_df: pd.DataFrame, meta: dict) -> None:
     """Write the candidate table and sweep metadata (atomically, temp + rename)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out_dir / PLANS_FILE, plans_df.to_csv(index=False))
-    _atomic_write(out_dir / META_FILE, json.dumps(meta, indent=2, sort_keys=True, default=str))
+    write_atomic(out_dir / PLANS_FILE, plans_df.to_csv(index=False))
+    write_atomic(out_dir / META_FILE, json.dumps(meta, indent=2, sort_keys=True, default=str))
 
 
 def append_record(out_dir: Path, record: dict) -> None:
@@ -133,15 +134,6 @@ def pending_plans(out_dir: Path, plans: list[Plan]) -> list[Plan]:
     """The plans (in the given order) without a final record in ``out_dir``."""
     done = finished_plans(out_dir)
     return [p for p in plans if p not in done]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _json_default(value):
