@@ -27,7 +27,7 @@ def _register() -> None:
     cli.add_command(catalog_cmd.catalog)
     for module_name, attr in (("base_cmd", "base"), ("search_cmd", "search"),
                               ("estimate_cmd", "estimate"), ("validate_cmd", "validate"),
-                              ("report_cmd", "report")):
+                              ("report_cmd", "report"), ("capacity_cmd", "capacity")):
         try:
             module = __import__(f"autoconfig.cli.{module_name}", fromlist=[attr])
         except ModuleNotFoundError as exc:

@@ -28,25 +28,28 @@ class ListOrAuto(click.ParamType):
     """A comma-separated list (``4,8`` -> (4, 8)) or ``auto`` -> None; each item
     goes through ``parse_item``, which returns None for a bad item."""
 
-    def __init__(self, name: str, parse_item, allowed: str) -> None:
+    def __init__(self, name: str, parse_item, allowed: str, allow_auto: bool = True) -> None:
         self.name = name
         self._parse_item = parse_item
         self._allowed = allowed
+        self._allow_auto = allow_auto
 
     def convert(self, value, param, ctx):
         if value is None or isinstance(value, tuple):
             return value
         text = str(value).strip().lower()
-        if text == "auto":
+        if self._allow_auto and text == "auto":
             return None
         values = tuple(self._parse_item(v.strip()) for v in text.split(","))
         if any(v is None for v in values):
-            raise InputError(f"invalid --{param.name.replace('_', '-')} {value!r}: expected "
-                             f"{self._allowed} separated by commas, or auto")
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            auto = ", or auto" if self._allow_auto else ""
+            raise InputError(f"invalid {flag} {value!r}: expected {self._allowed} separated "
+                             f"by commas{auto}")
         return values
 
 
-def _positive_int(text: str) -> int | None:
+def positive_int(text: str) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
@@ -54,7 +57,7 @@ def _recompute_kind(text: str) -> str | None:
     return text if text in RECOMPUTE_KINDS else None
 
 
-IntListOrAuto = ListOrAuto("N[,N...]|auto", _positive_int, "positive integers")
+IntListOrAuto = ListOrAuto("N[,N...]|auto", positive_int, "positive integers")
 KindListOrAuto = ListOrAuto("KIND[,KIND...]|auto", _recompute_kind,
                             f"recompute kinds ({', '.join(RECOMPUTE_KINDS)})")
 
@@ -188,10 +191,7 @@ def inputs_from_options(*, base: str | None, model: str | None, size: str | None
 
 
 def _read_base(path: str):
-    try:
-        from autoconfig.base import read_base_yaml
-    except ModuleNotFoundError:
-        raise InputError("--base needs autoconfig.base, which this install lacks") from None
+    from autoconfig.base import read_base_yaml
     return read_base_yaml(Path(path))
 
 

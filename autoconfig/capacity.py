@@ -1,0 +1,92 @@
+"""Capacity planning: the best predicted plan of one model on several GPU types
+and cluster sizes, and what each costs to train a token budget.
+
+For every (GPU, nodes) cell the full search runs (prune by memory, rank by
+step time); the best plan's throughput gives the days and GPU-hours for the
+tokens: days = tokens / (tokens/s/GPU x GPUs) / 86400. A cell where nothing
+fits is kept with the search's reason, never dropped.
+"""
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from autoconfig.errors import AutoconfigError, InputError
+from autoconfig.hardware import GPU, Cluster
+from autoconfig.model import ModelSpec
+from autoconfig.plan import Plan, Workload
+from autoconfig.search import search
+from autoconfig.space import AxisChoices
+
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class CapacityCell:
+    """One GPU type and cluster size: its best plan and the cost of the budget."""
+
+    gpu: str
+    nodes: int
+    gpus: int
+    precision: str
+    status: str
+    """``ok``, ``infeasible`` (nothing fits) or ``unsupported`` (e.g. fp8 on A100)."""
+    reason: str = ""
+    plan: Plan | None = None
+    step_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    memory_gib: float | None = None
+    train_days: float | None = None
+    gpu_hours: float | None = None
+
+    def to_row(self) -> dict:
+        """A flat dict for CSV and tables (plan fields inlined)."""
+        row = {k: v for k, v in asdict(self).items() if k != "plan"}
+        plan = asdict(self.plan) if self.plan else {}
+        for name in ("tp", "pp", "vp", "cp", "dp", "sp", "mbs", "recompute",
+                     "distributed_optimizer"):
+            row[name] = plan.get(name)
+        return row
+
+
+def train_days(tokens: float, tokens_per_s: float) -> float:
+    return tokens / tokens_per_s / SECONDS_PER_DAY
+
+
+def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_per_node: int,
+              tokens: float, choices: AxisChoices = AxisChoices()) -> CapacityCell:
+    """Search one cluster and price the token budget on its best plan."""
+    gpus = nodes * gpus_per_node
+    common = dict(gpu=gpu.name, nodes=nodes, gpus=gpus, precision=workload.precision)
+    if workload.precision == "fp8" and gpu.peak_fp8_tflops is None:
+        return CapacityCell(status="unsupported", reason=f"{gpu.name} has no FP8", **common)
+    try:
+        result = search(model, workload, Cluster(gpu=gpu, nodes=nodes,
+                                                 gpus_per_node=gpus_per_node), choices)
+    except AutoconfigError as exc:
+        return CapacityCell(status="infeasible", reason=str(exc), **common)
+    best = result.table.iloc[0]
+    rate = float(best.tokens_per_s_per_gpu) * gpus
+    days = train_days(tokens, rate)
+    return CapacityCell(status="ok", plan=result.best, step_time_s=float(best.step_time_s),
+                        tokens_per_s_per_gpu=float(best.tokens_per_s_per_gpu), tokens_per_s=rate,
+                        mfu=float(best.mfu), memory_gib=float(best.memory_gib),
+                        train_days=days, gpu_hours=days * 24 * gpus, **common)
+
+
+def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
+                  node_counts: Sequence[int], tokens: float,
+                  gpus_per_node: int | None = None,
+                  choices: AxisChoices = AxisChoices()) -> list[CapacityCell]:
+    """Every (GPU, nodes) cell, in the order given."""
+    if not gpus or not node_counts:
+        raise InputError("capacity needs at least one --gpu and one --nodes value")
+    bad = [n for n in node_counts if n < 1]
+    if bad:
+        raise InputError(f"invalid --nodes {bad[0]}: node counts must be at least 1")
+    if tokens <= 0:
+        raise InputError(f"invalid --tokens {tokens:g}: must be greater than zero")
+    return [plan_cell(model, workload, gpu, nodes, gpus_per_node or gpu.gpus_per_node,
+                      tokens, choices)
+            for gpu in gpus for nodes in node_counts]
