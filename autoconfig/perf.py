@@ -7,7 +7,10 @@ pipeline bubble, exposed communication and the optimizer step:
 
     step = compute + recompute + tp_comm + cp_comm + bubble + p2p + dp_comm + optimizer
 
-``compute`` includes a fixed per-layer per-micro-batch framework cost
+``compute`` times weight GEMMs at the GEMM roofline and, with fused (flash)
+attention, the attention core at its own kernel efficiency (forward, and a
+backward that recomputes the scores: ``_flash_attention_times``); it includes
+a fixed per-layer per-micro-batch framework cost
 (``PerfConstants.layer_overhead_s`` of ``SoftwareFeatures.framework``), which
 makes small micro-batches slower than their FLOPs say.
 
@@ -62,12 +65,30 @@ class PerfConstants:
     every layer through DeepSpeed's per-layer activation checkpoint with its
     RNG-state save/restore). Frameworks absent here cost 0."""
 
+    attention_efficiency: dict = field(default_factory=dict)
+    """Attention kernel -> generation -> fraction of the bf16 dense peak that the fused
+    (flash) causal attention kernel reaches on the FLOPs it executes (causal half,
+    backward recompute included), forward and backward alike. A kernel or
+    generation absent falls back to the ``fused`` kernel, then to the large-GEMM
+    efficiency."""
+
     def efficiency_max(self, gpu: GPU) -> float:
+        return self._per_generation(self.gemm_efficiency_max, "gemm_efficiency_max", gpu)
+
+    def attention_efficiency_of(self, gpu: GPU, kernel: str = "fused") -> float:
         generation = self.generations.get(gpu.name, self.default_generation)
-        if generation not in self.gemm_efficiency_max:
-            raise CatalogError(f"heuristics/perf.yaml: no gemm_efficiency_max for generation "
+        for name in (kernel, "fused"):
+            table = self.attention_efficiency.get(name) or {}
+            if generation in table:
+                return table[generation]
+        return self.efficiency_max(gpu)
+
+    def _per_generation(self, table: dict, name: str, gpu: GPU) -> float:
+        generation = self.generations.get(gpu.name, self.default_generation)
+        if generation not in table:
+            raise CatalogError(f"heuristics/perf.yaml: no {name} for generation "
                                f"{generation!r} (GPU {gpu.name!r})")
-        return self.gemm_efficiency_max[generation]
+        return table[generation]
 
 
 @dataclass(frozen=True)
@@ -76,6 +97,13 @@ class SoftwareFeatures:
 
     flash_attention: bool = True
     """Fused attention (FlashAttention/cuDNN): no s^2 score traffic, causal half skipped."""
+    attention_kernel: str = "fused"
+    """With ``flash_attention``: which kernel family, for its efficiency in
+    heuristics/perf.yaml attention_efficiency: ``fused`` (Transformer Engine's fused
+    attention as megatron-core runs it: cuDNN / FlashAttention-3 class kernels on
+    Hopper and Blackwell, FlashAttention-2 on Ampere) or ``llm-foundry`` (the
+    attention of llm-foundry's MPT benchmark tables: flash-attn 2 or MPT's Triton
+    flash kernel, the tables do not say which)."""
     overlap_grad_reduce: bool = True
     """Megatron --overlap-grad-reduce / --overlap-param-gather (DP comm hidden behind backward)."""
     p2p_scatter_gather: bool = True
@@ -165,8 +193,13 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
                "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
                "optimizer_bytes_per_param", "tp_comm_overlap")
     overheads = data.get("layer_overhead_s") or {}
+    attention = data.get("attention_efficiency") or {}
+    if not all(isinstance(v, dict) and "value" not in v for v in attention.values()):
+        raise CatalogError(f"{path}: 'attention_efficiency' maps kernel -> generation -> number")
     return PerfConstants(
         gemm_efficiency_max={k: float(sourced_number(eff, k, path)) for k in eff},
+        attention_efficiency={kernel: {g: float(sourced_number(table, g, path)) for g in table}
+                              for kernel, table in attention.items()},
         layer_overhead_s={k: float(sourced_number(overheads, k, path)) for k in overheads},
         generations={str(k): str(v) for k, v in (data.get("generations") or {}).items()},
         default_generation=str(data.get("default_generation", "hopper")),
@@ -243,12 +276,14 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     rc_mb = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
                      np.where(plans.recompute == _SELECTIVE,
                               layers * (attn + times["scores"]), 0.0))
-    compute_mb = 3.0 * (layers * layer_fwd + logits_fwd)
+    attn_bwd = times["attention_backward"]
+    # Forward + backward: 3 x forward for the GEMMs, the attention core its own backward.
+    compute_mb = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd) + 3.0 * logits_fwd
 
     tp_mb = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
     if sw.tp_comm_overlap:
         tp_mb = np.maximum(0.0, tp_mb - (3.0 * layers + rc_layers) * times["weight_gemm"])
-    cp_mb = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn)
+    cp_mb = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
     fixed_mb = layers * c.layer_overhead_s.get(sw.framework, 0.0)
     per_mb = compute_mb + rc_mb + tp_mb + cp_mb + fixed_mb
 
@@ -266,7 +301,8 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
             model, cluster, c, sw, t, cp, dp, layers, window_s=per_mb)
     else:
         dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
-                           backward_window_s=2.0 * (layers * layer_fwd + logits_fwd))
+                           backward_window_s=layers * (2.0 * (layer_fwd - attn) + attn_bwd)
+                           + 2.0 * logits_fwd)
     optimizer = _optimizer_s(model, c, plans, t, cp, dp, layers, hbm)
 
     compute = micro * compute_mb
@@ -306,11 +342,13 @@ def _fill_drain_microbatch_s(model: ModelSpec, sw: SoftwareFeatures, pp, layers,
 def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
                    c: PerfConstants, sw: SoftwareFeatures) -> dict:
     """Forward seconds of one micro-batch on one GPU: a whole layer, its attention
-    core, its s^2 score traffic (unfused attention only) and the output layer.
+    core (and that core's backward), its s^2 score traffic (unfused attention
+    only) and the output layer.
 
     Weight GEMMs and logits at the roofline efficiency (``gemm_time_s``), FP8
-    speeding up only those; non-GEMM kernels at HBM speed on the Korthikanti
-    activation bytes.
+    speeding up only those; fused attention at its own kernel efficiency
+    (``_flash_attention_times``); non-GEMM kernels at HBM speed on the
+    Korthikanti activation bytes.
     """
     t, cp, b = plans.tp.astype(float), plans.cp.astype(float), plans.mbs.astype(float)
     s = float(workload.seq_len)
@@ -326,19 +364,45 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
                            c.gemm_size_factor)
 
     weight_gemm = sum(gemm(fl, n, k) for fl, n, k in _layer_gemms(model, t)) / fp8
-    # Attention core per head: (s/cp) x d by d x s. Fused (flash) kernels skip the
-    # causal half and never write the s x s scores, so no 1/K (= 1/d) traffic term.
-    causal = 0.5 if sw.flash_attention else 1.0
-    head_k = np.inf if sw.flash_attention else model.head_dim
-    attn = gemm(causal * 4.0 * s * model.hidden_size / t, s, head_k, m=s / cp)
+    if sw.flash_attention:
+        attn, attn_bwd = _flash_attention_times(model, s, tokens, t, peak,
+                                                c.attention_efficiency_of(gpu, sw.attention_kernel))
+    else:
+        # Unfused attention: two batched GEMMs per head, (s/cp) x d by d x s, over the
+        # whole score matrix, at GEMM efficiency with the 1/K (= 1/d) traffic term
+        # (the s x s scores are written to HBM); backward = 2 x forward, like any GEMM.
+        attn = gemm(4.0 * s * model.hidden_size / t, s, model.head_dim, m=s / cp)
+        attn_bwd = 2.0 * attn
     linear = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, True)
     total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
     factor = c.elementwise_traffic_factor / hbm
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8
     return {"layer": weight_gemm + attn + factor * total, "attention": attn,
-            "weight_gemm": weight_gemm,
+            "attention_backward": attn_bwd, "weight_gemm": weight_gemm,
             "scores": factor * (total - linear), "logits": logits}
+
+
+def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: float,
+                           efficiency: float):
+    """(forward, backward) seconds of one layer's fused causal attention core on
+    one GPU for ``tokens`` query tokens (a micro-batch's s*b/cp).
+
+    FLOPs as the FlashAttention benchmarks count them (Dao-AILab/flash-attention,
+    benchmarks/benchmark_flash_attention.py, ``flops``): forward 4 s d per query
+    token and head, halved for a causal mask because the kernels skip the key
+    blocks above the diagonal (FlashAttention-2, Dao 2023, Sec. 3.1.1: blocks whose
+    column indices all exceed the row indices are skipped); backward 2.5 x forward,
+    five matmuls against the forward's two, because it recomputes the scores
+    (QK^T) instead of storing them. With context parallelism each rank's query
+    chunk sees about s/2 causal keys on average (load-balanced chunks), so the
+    per-token count is the same. Both run at ``efficiency`` of the bf16 peak
+    (``heuristics/perf.yaml`` attention_efficiency); FP8 does not speed it up
+    (Transformer Engine keeps attention in bf16 by default). Model FLOPs, and so
+    MFU, still count the whole score matrix forward and 2 x forward backward.
+    """
+    forward = 0.5 * 4.0 * s * model.hidden_size / t * tokens / (peak_flops * efficiency)
+    return forward, 2.5 * forward
 
 
 def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers):
@@ -360,14 +424,14 @@ def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers):
     return (1.0 - c.tp_comm_overlap) * count * one
 
 
-def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_s):
+def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_bwd_s):
     """Exposed context-parallel communication of one micro-batch on one stage.
 
     Ring attention (Liu et al. 2023; Megatron-core context parallel) passes
     each rank's K and V chunk (2 * tokens * kv_h / t bf16) around the cp ring,
     (cp-1) sends forward and twice that backward (K,V and their grads), and
     overlaps each send with the attention block it feeds: only what exceeds
-    the attention compute is exposed.
+    the attention compute (forward + backward, ``attn_fwd_bwd_s``) is exposed.
     """
     gpu = cluster.gpu
     kv_bytes = 2.0 * tokens * model.kv_hidden_size / t * BF16_BYTES
@@ -375,7 +439,7 @@ def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_s
     bw = np.where(in_domain, gpu.nvlink_bandwidth_gb_per_s,
                   gpu.internode_bandwidth_gb_per_s) * 1e9 * c.comm_bandwidth_efficiency
     comm = 3.0 * (cp - 1.0) * p2p_s(kv_bytes, bw, c.comm_latency_s)
-    exposed = np.maximum(0.0, comm - 3.0 * attn_fwd_s)
+    exposed = np.maximum(0.0, comm - attn_fwd_bwd_s)
     return np.where(cp > 1, layers * exposed, 0.0)
 
 

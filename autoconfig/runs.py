@@ -49,7 +49,8 @@ Assumptions per source (see benchmarks/SOURCES.md):
   gradient reduce-scatters of ``SoftwareFeatures.param_gathers_per_microbatch``
   (2 for FULL_SHARD, 1 for SHARD_GRAD_OP), mostly overlapped; activation
   checkpointing = full recompute; MPT layer (GELU MLP 4h, LayerNorm without
-  biases, learned positions, tied embeddings, no dropout), fused attention;
+  biases, learned positions, tied embeddings, no dropout), fused attention
+  with llm-foundry's own kernel (``SoftwareFeatures.attention_kernel``);
   gradients reduced in fp32 (Composer's mixed_precision DEFAULT); framework
   ``llm-foundry/FSDP``; H100 nodes with the DGX figure of 8 x 400 Gb/s (A100
   rows state 1600 Gb/s per node, the DGX A100 figure). Measured:
@@ -437,7 +438,8 @@ def _software(row: dict) -> SoftwareFeatures:
         # docs). Composer's mixed_precision DEFAULT reduces gradients in fp32.
         gathers = 1 if "SHARD_GRAD_OP" in row["dp_sharding"] else 2
         return SoftwareFeatures(framework="llm-foundry/FSDP", param_gathers_per_microbatch=gathers,
-                                overlap_sharded_comm=True, grad_reduce_bytes=4)
+                                overlap_sharded_comm=True, grad_reduce_bytes=4,
+                                attention_kernel="llm-foundry")
     return SoftwareFeatures()
 
 

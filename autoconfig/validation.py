@@ -316,8 +316,7 @@ def format_report(report: ValidationReport, show_rows: bool = True) -> str:
     reasons: dict[str, int] = {}
     for run in report.skipped:
         reasons[run.skip_reason] = reasons.get(run.skip_reason, 0) + 1
-    lines.append(f"Rows not used ({len(report.skipped)}; S09 llm-foundry rows longer than "
-                 "2048 tokens are not shipped: see benchmarks/SOURCES.md):")
+    lines.append(f"Rows not used ({len(report.skipped)}):")
     for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {count:3d}  {reason}")
     return "\n".join(lines)

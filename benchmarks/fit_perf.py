@@ -5,7 +5,9 @@ efficiency per GPU generation (ampere, hopper, blackwell), the GEMM size
 factor, the elementwise-traffic factor, the FP8 GEMM speed-up (bounded by
 the datasheet ratio 2.0) and the per-layer per-micro-batch fixed cost of two
 frameworks: Megatron-DeepSpeed (only the BLOOM S10 rows, the one source run
-with it, inform it) and llm-foundry/FSDP (only the S09 rows). The loss is
+with it, inform it) and llm-foundry/FSDP (only the S09 rows), and the attention
+efficiency of llm-foundry's kernel on A100 and H100 (``ATTENTION``; the S09 rows
+of 4K-65K tokens are where attention dominates). The loss is
 the mean squared log ratio of predicted to measured figure, averaged per
 source and then over sources, over every usable throughput row
 (benchmarks/published_runs.csv minus the rows autoconfig.runs skips or marks
@@ -14,13 +16,13 @@ minimised by Nelder-Mead (Nelder & Mead 1965) from the values in
 heuristics/perf.yaml. Prints the fitted values and the resulting MAPE; copy
 them into heuristics/perf.yaml by hand (the sources there name these rows).
 
-    python benchmarks/fit_perf.py                      # all eight free (~1 min on 2 cores)
+    python benchmarks/fit_perf.py                      # all ten free (~1-2 min on 2 cores)
     python benchmarks/fit_perf.py --fix-size-factor 0.5  # what heuristics/perf.yaml holds
 
 The GEMM size factor is poorly identified by these rows (the loss changes by
 under 10% between 0 and 1), so the shipped
 constants hold it at 0.5, which keeps the roofline's small-GEMM penalty that
-the search relies on, and fit the other seven.
+the search relies on, and fit the other nine.
 """
 
 import dataclasses
@@ -36,7 +38,14 @@ from autoconfig.validation import default_runs_path, evaluate_rows
 GENERATIONS = ("ampere", "hopper", "blackwell")
 SCALARS = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup")
 OVERHEADS = ("megatron-deepspeed", "llm-foundry/FSDP")
-"""Frameworks whose per-layer per-micro-batch cost are the last free constants."""
+"""Frameworks whose per-layer per-micro-batch cost are free constants."""
+ATTENTION = (("llm-foundry", "ampere"), ("llm-foundry", "hopper"))
+"""(kernel, generation) attention efficiencies, the last free constants: llm-foundry's
+kernel on A100 and H100, informed by the S09 rows (those of 4K-65K tokens above
+all). The ``fused`` (Transformer Engine) efficiencies are held at the kernel
+papers' figures (heuristics/perf.yaml): the S08 rows, the only Megatron rows with
+fused attention, are 8K-token FP8 runs that cannot tell attention from GEMM speed
+(freed, Blackwell's GEMM efficiency rose to 0.81 and its attention fell to 0.20)."""
 OVERHEAD_SCALE = 1e-3
 """The overheads are searched in milliseconds so the simplex steps are comparable."""
 FP8_SPEEDUP_BOUND = 2.0
@@ -47,13 +56,18 @@ def unpack(base, x):
     eff = dict(base.gemm_efficiency_max)
     eff.update({g: float(v) for g, v in zip(GENERATIONS, x[:3])})
     overhead = {**base.layer_overhead_s,
-                **{f: float(v) * OVERHEAD_SCALE for f, v in zip(OVERHEADS, x[6:])}}
+                **{f: float(v) * OVERHEAD_SCALE for f, v in zip(OVERHEADS, x[6:8])}}
+    attention = {kernel: dict(table) for kernel, table in base.attention_efficiency.items()}
+    for (kernel, generation), v in zip(ATTENTION, x[8:]):
+        attention.setdefault(kernel, {})[generation] = float(v)
     return dataclasses.replace(base, gemm_efficiency_max=eff, layer_overhead_s=overhead,
+                               attention_efficiency=attention,
                                **{k: float(v) for k, v in zip(SCALARS, x[3:6])})
 
 
 def loss(x, base, runs) -> float:
-    if (np.any(x[:6] <= 0) or np.any(x[6:] < 0) or np.any(x[:3] > 1.0)
+    if (np.any(x[:6] <= 0) or np.any(x[6:8] < 0) or np.any(x[:3] > 1.0)
+            or np.any(x[8:] <= 0) or np.any(x[8:] > 1.0)
             or x[5] > FP8_SPEEDUP_BOUND or x[5] < 1.0):
         return 1e9
     rows = evaluate_rows(runs, unpack(base, x))
@@ -103,7 +117,8 @@ def main(argv: list[str]) -> int:
     x0 = np.array([base.gemm_efficiency_max[g] for g in GENERATIONS]
                   + [getattr(base, k) for k in SCALARS]
                   + [max(base.layer_overhead_s.get(f, 0.0) / OVERHEAD_SCALE, 2.0)
-                     for f in OVERHEADS])
+                     for f in OVERHEADS]
+                  + [base.attention_efficiency.get(k, {}).get(g, 0.4) for k, g in ATTENTION])
     x0[3] = max(x0[3], 0.3)
 
     def full(p):
@@ -123,8 +138,10 @@ def main(argv: list[str]) -> int:
         print(f"gemm_efficiency_max.{g}: {v:.4f}")
     for k, v in zip(SCALARS, x[3:6]):
         print(f"{k}: {v:.4f}")
-    for f, v in zip(OVERHEADS, x[6:]):
+    for f, v in zip(OVERHEADS, x[6:8]):
         print(f"layer_overhead_s.{f}: {v * OVERHEAD_SCALE:.5f}")
+    for (kernel, generation), v in zip(ATTENTION, x[8:]):
+        print(f"attention_efficiency.{kernel}.{generation}: {v:.4f}")
     at_bound = abs(x[5] - FP8_SPEEDUP_BOUND) < 1e-3
     print(f"fp8_gemm_speedup {'AT its bound' if at_bound else 'inside its bounds'} "
           f"[1, {FP8_SPEEDUP_BOUND}]")

@@ -307,3 +307,122 @@ def test_fp8_speedup_is_fitted_inside_its_bounds():
     c = load_constants()
     assert 1.0 < c.fp8_gemm_speedup < 2.0
     assert c.efficiency_max(H100) < c.efficiency_max(A100)
+
+
+LLAMA_LIKE = dataclasses.replace(GPT3, num_layers=32, hidden_size=4096, num_heads=32,
+                                 num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128256,
+                                 mlp_kind="swiglu")
+
+
+def _times(seq_len: int, constants=None, software=None, gpu=H100, p=None):
+    from autoconfig.perf import _forward_times
+    p = p or Plan(tp=1, pp=1, dp=8, mbs=1)
+    times = _forward_times(LLAMA_LIKE, Workload(64, seq_len), PlanTable.from_plans([p]), gpu,
+                           constants or load_constants(), software or SoftwareFeatures())
+    return {k: float(np.asarray(v)[0]) for k, v in times.items()}
+
+
+def test_flash_attention_time_plain_numbers():
+    """Causal half of 4 s h per token forward, backward 2.5 x forward (the
+    FlashAttention benchmarks' count), at the attention efficiency of the peak."""
+    from autoconfig.perf import _flash_attention_times
+    fwd, bwd = _flash_attention_times(LLAMA_LIKE, 1000.0, 1000.0, 1.0, 1e12, 0.5)
+    assert fwd == pytest.approx(0.5 * 4.0 * 1000 * 4096 * 1000 / (1e12 * 0.5))
+    assert bwd == pytest.approx(2.5 * fwd)
+    # TP splits the heads.
+    fwd_tp, _ = _flash_attention_times(LLAMA_LIKE, 1000.0, 1000.0, 4.0, 1e12, 0.5)
+    assert fwd_tp == pytest.approx(fwd / 4)
+
+
+def test_attention_time_quadratic_in_seq_per_sequence_linear_per_token():
+    short, long = _times(8192), _times(32768)
+    # One micro-batch of one sequence: 4x tokens -> 16x attention, 4x per token.
+    assert long["attention"] / short["attention"] == pytest.approx(16.0)
+    assert long["attention_backward"] / short["attention_backward"] == pytest.approx(16.0)
+    # Weight GEMMs stay about linear in tokens (a little under: a bigger M wastes less).
+    assert 3.8 < long["weight_gemm"] / short["weight_gemm"] <= 4.0
+    # So attention's share of the layer grows with the sequence.
+    assert long["attention"] / long["layer"] > short["attention"] / short["layer"]
+
+
+def test_lower_attention_efficiency_is_slower_and_leaves_mfu_accounting_alone():
+    base = load_constants()
+    slower = dataclasses.replace(base, attention_efficiency={
+        k: {g: v / 2 for g, v in table.items()} for k, table in base.attention_efficiency.items()})
+    wl, cluster, p = Workload(64, 32768), cluster_from_gpus(H100, 64, 8), Plan(tp=8, pp=1, dp=8,
+                                                                              sp=True)
+    fast = one(p, workload=wl, cluster=cluster, model=LLAMA_LIKE, constants=base)
+    slow = one(p, workload=wl, cluster=cluster, model=LLAMA_LIKE, constants=slower)
+    assert slow["step_time_s"] > fast["step_time_s"]
+    assert slow["compute_s"] > fast["compute_s"]
+    # Halving the efficiency doubles exactly the attention seconds.
+    t_fast, t_slow = _times(32768, base), _times(32768, slower)
+    assert t_slow["attention"] == pytest.approx(2 * t_fast["attention"])
+    assert t_slow["weight_gemm"] == pytest.approx(t_fast["weight_gemm"])
+    # MFU still counts the model FLOPs (whole score matrix, backward 2x forward).
+    for perf in (fast, slow):
+        flops = perf["tokens_per_s_per_gpu"] * model_flops_per_token(LLAMA_LIKE, 32768)
+        assert perf["model_tflops_per_gpu"] == pytest.approx(flops / 1e12)
+        assert perf["mfu"] == pytest.approx(flops / (H100.peak_bf16_tflops * 1e12))
+
+
+def test_attention_backward_counts_in_compute_and_recompute_counts_forward_only():
+    sw = SoftwareFeatures()
+    wl, cluster = Workload(64, 16384), cluster_from_gpus(H100, 64, 8)
+    none = one(Plan(tp=8, pp=1, dp=8, sp=True), workload=wl, cluster=cluster, model=LLAMA_LIKE)
+    sel = one(Plan(tp=8, pp=1, dp=8, sp=True, recompute="selective"), workload=wl,
+              cluster=cluster, model=LLAMA_LIKE)
+    t = _times(16384, software=sw, p=Plan(tp=8, pp=1, dp=8, sp=True))
+    micro = 64 / 8
+    # Selective recompute repeats the attention forward of every layer, not its backward.
+    assert sel["recompute_s"] == pytest.approx(micro * LLAMA_LIKE.num_layers * t["attention"])
+    assert none["recompute_s"] == 0.0
+    layer = 3 * (t["layer"] - t["attention"]) + t["attention"] + t["attention_backward"]
+    assert none["compute_s"] == pytest.approx(
+        micro * (LLAMA_LIKE.num_layers * layer + 3 * t["logits"]))
+
+
+def test_attention_kernel_lookup_falls_back_to_fused_then_gemm():
+    c = load_constants()
+    b200 = get_gpu("b200")
+    assert c.attention_efficiency_of(H100, "llm-foundry") != c.attention_efficiency_of(H100)
+    assert c.attention_efficiency_of(b200, "llm-foundry") == c.attention_efficiency_of(b200)
+    assert c.attention_efficiency_of(A100, "no-such-kernel") == c.attention_efficiency_of(A100)
+    bare = dataclasses.replace(c, attention_efficiency={})
+    assert bare.attention_efficiency_of(H100) == bare.efficiency_max(H100)
+
+
+def test_unfused_attention_ignores_the_flash_efficiency():
+    """Rows run without fused attention (2020-22 Megatron, BLOOM) keep the unfused
+    treatment: whole score matrix at GEMM efficiency plus the s^2 traffic."""
+    base = load_constants()
+    other = dataclasses.replace(base, attention_efficiency={"fused": {"ampere": 0.05}})
+    sw = SoftwareFeatures(flash_attention=False)
+    assert one(plan(), software=sw, constants=other)["step_time_s"] == \
+        pytest.approx(one(plan(), software=sw, constants=base)["step_time_s"])
+    t = _times(2048, software=sw, gpu=A100)
+    assert t["attention_backward"] == pytest.approx(2 * t["attention"])
+    assert t["scores"] > 0
+
+
+def test_shipped_attention_efficiencies_are_fractions_below_the_gemm_ones():
+    c = load_constants()
+    for table in c.attention_efficiency.values():
+        assert all(0.0 < v < 1.0 for v in table.values())
+    # Flash kernels run below large GEMMs (FlashAttention-2/-3 papers), and TE's
+    # cuDNN / FlashAttention-3 class kernel on H100 ahead of llm-foundry's.
+    for gpu in (A100, H100):
+        assert c.attention_efficiency_of(gpu, "llm-foundry") < c.efficiency_max(gpu)
+    assert c.attention_efficiency_of(H100) > c.attention_efficiency_of(H100, "llm-foundry")
+
+
+def test_attention_efficiency_must_be_kernel_then_generation(tmp_path):
+    from autoconfig.errors import CatalogError
+    from autoconfig.paths import heuristics_dir
+    text = (heuristics_dir() / "perf.yaml").read_text()
+    flat = text.replace("attention_efficiency:\n", "attention_efficiency:\n  hopper: "
+                        "{value: 0.5, source: test}\n", 1)
+    path = tmp_path / "perf.yaml"
+    path.write_text(flat)
+    with pytest.raises(CatalogError, match="attention_efficiency"):
+        load_constants(path)

@@ -192,8 +192,12 @@ def test_llm_foundry_mfu_counts_the_same_flops_as_the_model(runs):
         assert mfu == pytest.approx(float(row["mfu_pct"]), rel=0.01)
 
 
-def test_only_short_sequence_llm_foundry_rows_are_shipped(runs):
+def test_llm_foundry_rows_of_every_sequence_length_are_shipped_and_used(runs):
     s09 = [r for r in runs.values() if r.source_id == "S09"]
-    assert len(s09) == 128
-    assert all(r.workload.seq_len <= 2048 for r in s09)
+    assert len(s09) == 216
+    assert {r.workload.seq_len for r in s09} == {512, 1024, 2048, 4096, 8192, 16384, 32768,
+                                                  65536}
     assert all(r.usable for r in s09)
+    # Flash attention, but llm-foundry's kernel, not Transformer Engine's fused path.
+    assert all(r.software.flash_attention and r.software.attention_kernel == "llm-foundry"
+               for r in s09)
