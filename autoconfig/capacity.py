@@ -10,14 +10,13 @@ fits is kept with the search's reason, never dropped.
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from autoconfig.budget import SECONDS_PER_DAY
 from autoconfig.errors import AutoconfigError, InputError
 from autoconfig.hardware import GPU, Cluster
 from autoconfig.model import ModelSpec
 from autoconfig.plan import Plan, Workload
 from autoconfig.search import search
 from autoconfig.space import AxisChoices
-
-SECONDS_PER_DAY = 86400.0
 
 
 @dataclass(frozen=True)
