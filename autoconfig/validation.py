@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoconfig.memory import allocated_bytes, stage_breakdown, usable_bytes
 from autoconfig.model import hardware_flops_per_token
 from autoconfig.paths import benchmarks_dir
 from autoconfig.perf import PerfConstants, load_constants, step_time
@@ -81,8 +82,8 @@ class ValidationReport:
     """Every predicted row, incl. untuned ones, for rank correlation."""
     skipped: tuple[Run, ...]
     groups: tuple[GroupResult, ...]
-    memory: tuple[MemoryResult, ...] | None
-    """None when autoconfig.memory is not available."""
+    memory: tuple[MemoryResult, ...]
+    """Rows with measured memory or a reported OOM."""
 
     def mape_by_source(self) -> dict[str, float]:
         out: dict[str, list[float]] = {}
@@ -196,7 +197,6 @@ def predict_memory_bytes(run: Run, constants=None) -> tuple[float, float]:
     torch's ``max_memory_allocated`` counts; ``device`` adds the calibrated
     allocator and context overhead (what nvidia-smi shows).
     """
-    from autoconfig.memory import allocated_bytes, stage_breakdown
 
     model = memory_stage_model(run)
     table = PlanTable.from_plans([run.plan])
@@ -208,12 +208,8 @@ def predict_memory_bytes(run: Run, constants=None) -> tuple[float, float]:
     return float(allocated_bytes(best)[0]), float(best.total_bytes[0])
 
 
-def evaluate_memory(runs: list[Run], constants=None) -> list[MemoryResult] | None:
-    """Predicted peak memory vs measured (and OOM rows); None if autoconfig.memory is absent."""
-    try:
-        from autoconfig.memory import usable_bytes
-    except ImportError:
-        return None
+def evaluate_memory(runs: list[Run], constants=None) -> list[MemoryResult]:
+    """Predicted peak memory vs measured (and OOM rows)."""
     out = []
     for run in runs:
         if not run.memory_usable:
@@ -233,7 +229,7 @@ def validate(path: Path | None = None, constants: PerfConstants | None = None,
                             ranking_rows=tuple(rows),
                             skipped=tuple(r for r in runs if not r.usable),
                             groups=tuple(rank_groups(rows, min_group)),
-                            memory=evaluate_memory(runs))
+                            memory=tuple(evaluate_memory(runs)))
 
 
 def _plan_text(run: Run) -> str:
@@ -287,9 +283,7 @@ def format_report(report: ValidationReport, show_rows: bool = True) -> str:
         lines.append(f"  mean rho over {len(big)} groups of 3 or more rows "
                      f"(weighted by size): {mean:.2f}")
     lines.append("")
-    if report.memory is None:
-        lines.append("Memory: memory model not available (autoconfig.memory missing)")
-    elif not report.memory:
+    if not report.memory:
         lines.append("Memory: no usable rows with measured memory")
     else:
         if show_rows:
