@@ -55,3 +55,18 @@ def test_ranking_follows_measured_throughput(profiled_search):
     assert list(report["measured_rank"]) == [1, 2, 3, 4]
     rates = list(report["tokens_per_s_per_gpu"])
     assert rates == sorted(rates, reverse=True)
+
+
+def test_cuda_on_a_machine_without_gpu_is_one_line_exit_2(tmp_path):
+    from autoconfig.profiling.sweep import local_gpu_visible
+    if local_gpu_visible():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoconfig", "search", "--model", "tiny", "--nodes", "1",
+         "--gpus-per-node", "2", "--profile", "--device", "cuda", "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: invalid --device cuda: no NVIDIA GPU is visible on this machine for the local "
+        "executor; use --device cpu, or --executor slurm"]
+    assert not (tmp_path / "out").exists()  # failed before the search wrote anything

@@ -269,9 +269,11 @@ def search(**options) -> None:
     not fit in GPU memory are pruned. Writes plans.csv, report.md, best.yaml,
     megatron_args.sh and nemo_overrides.txt. With --profile, runs short real
     training jobs for the top plans and ranks them by what they measured."""
-    from autoconfig.profiling.sweep import ranked_from_search, run_profiling
+    from autoconfig.profiling.sweep import check_options, ranked_from_search, run_profiling
     from autoconfig.report import write_report
     profiling = pop_profile_options(options)
+    if profiling.profile:
+        check_options(profiling)
     inputs = inputs_from_options(**options)
     result = run_search(inputs)
     files = write_report(result, inputs.output_dir, top=inputs.top)

@@ -8,6 +8,7 @@ best predicted first.
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     --dry-run). Bad input raises before anything is written."""
     if not options.profile:
         return None
-    _check(options)
+    check_options(options)
     ranked = list(ranked)
     if not ranked:
         raise InputError("nothing to profile: the search found no plan")
@@ -120,7 +121,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     return results_dir
 
 
-def _check(options: ProfileOptions) -> None:
+def check_options(options: ProfileOptions) -> None:
     for name in ("top_k", "max_steps", "max_minutes", "max_parallel"):
         if getattr(options, name) < 1:
             raise InputError(f"invalid --{name.replace('_', '-')} {getattr(options, name)}: must be >= 1")
@@ -128,6 +129,17 @@ def _check(options: ProfileOptions) -> None:
         raise InputError(f"invalid --warmup-steps {options.warmup_steps}: must be >= 0")
     if options.time_limit is not None and options.time_limit < 1:
         raise InputError(f"invalid --time-limit {options.time_limit}: must be >= 1 minute")
+    if options.device == "cuda" and options.executor == "local" and not local_gpu_visible():
+        raise InputError("invalid --device cuda: no NVIDIA GPU is visible on this machine for "
+                         "the local executor; use --device cpu, or --executor slurm")
+
+
+def local_gpu_visible() -> bool:
+    """An NVIDIA driver device node exists and CUDA_VISIBLE_DEVICES does not hide
+    every GPU. Checked without importing torch, so the CLI stays light."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/dev/nvidiactl") or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _spec(model, workload, plan: Plan, options: ProfileOptions):
