@@ -154,3 +154,40 @@ class PlanTable:
 
     def recompute_is(self, kind: str) -> np.ndarray:
         return self.recompute == RECOMPUTE_KINDS.index(kind)
+
+
+def recompute_label(recompute: str, method: str, num_layers: int) -> str:
+    """'none', 'selective' or 'full/uniform/1' (method and layers only for full)."""
+    if recompute != "full":
+        return recompute
+    return f"full/{method}/{num_layers}"
+
+
+def describe_plan(plan: Plan) -> str:
+    """The long one-line form, for reports and messages."""
+    recompute = recompute_label(plan.recompute, plan.recompute_method, plan.recompute_num_layers)
+    return (f"TP {plan.tp}, PP {plan.pp}, VP {plan.vp}, CP {plan.cp}, DP {plan.dp}, "
+            f"SP {'on' if plan.sp else 'off'}, MBS {plan.mbs}, recompute {recompute}, "
+            f"distributed optimizer {'on' if plan.distributed_optimizer else 'off'}")
+
+
+def plan_label(plan: Plan) -> str:
+    """The compact form for table cells (``tp4 pp8 vp6 dp32 mbs1 sp distopt``):
+    display only; everything is keyed on the Plan itself."""
+    parts = [f"tp{plan.tp}", f"pp{plan.pp}"]
+    if plan.vp > 1:
+        parts.append(f"vp{plan.vp}")
+    if plan.cp > 1:
+        parts.append(f"cp{plan.cp}")
+    parts += [f"dp{plan.dp}", f"mbs{plan.mbs}"]
+    if plan.sp:
+        parts.append("sp")
+    if plan.recompute != "none":
+        rc = plan.recompute
+        if plan.recompute == "full":
+            rc += f"-{plan.recompute_method}" + (f"{plan.recompute_num_layers}"
+                                                 if plan.recompute_num_layers else "")
+        parts.append(f"rc:{rc}")
+    if plan.distributed_optimizer:
+        parts.append("distopt")
+    return " ".join(parts)

@@ -17,8 +17,8 @@ from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
 from autoconfig.model import ModelSpec, total_params
-from autoconfig.plan import Plan, Workload
-from autoconfig.search import SearchResult, recompute_label
+from autoconfig.plan import Plan, Workload, describe_plan, recompute_label
+from autoconfig.search import SearchResult
 from autoconfig.units import format_count
 
 CSV_NAME = "plans.csv"
@@ -35,8 +35,8 @@ def top_rows(result: SearchResult, n: int) -> list[tuple]:
     """The rows of the top-plans table (as printed and in the markdown)."""
     rows = []
     for row in result.table.head(n).itertuples(index=False):
-        recompute = row.recompute if row.recompute != "full" else (
-            f"full/{row.recompute_method}/{row.recompute_num_layers}")
+        recompute = recompute_label(row.recompute, row.recompute_method,
+                                    row.recompute_num_layers)
         rows.append((row.rank, row.tp, row.pp, row.vp, row.cp, row.dp,
                      "on" if row.sp else "off", row.mbs, recompute,
                      "on" if row.distributed_optimizer else "off",
@@ -114,7 +114,7 @@ def megatron_command(result: SearchResult) -> str:
             pairs.append(args[i])
             i += 1
     head = [f"# autoconfig: best plan for {result.model.name} on {cluster.nodes} x "
-            f"{cluster.gpus_per_node} {cluster.gpu.name} ({short(plan)})",
+            f"{cluster.gpus_per_node} {cluster.gpu.name} ({describe_plan(plan)})",
             "# add your data, tokenizer, optimizer and checkpoint arguments",
             "export CUDA_DEVICE_MAX_CONNECTIONS=1",
             f"torchrun --nnodes {cluster.nodes} --nproc-per-node {cluster.gpus_per_node} "
@@ -200,7 +200,7 @@ def markdown_report(result: SearchResult, top: int) -> str:
              tabulate(top_rows(result, top), headers=TOP_HEADERS, tablefmt="github"), "",
              "## Plans considered", ""]
     lines += [f"- {line.strip()}" for line in rejection_lines(result)]
-    lines += ["", "## Best plan", "", f"{short(result.best)}", "",
+    lines += ["", "## Best plan", "", f"{describe_plan(result.best)}", "",
               "| memory (GiB/GPU) | |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in best["predicted"]["memory_breakdown_gib"].items()]
     lines += [f"| **total** | **{best['predicted']['memory_gib']:.2f}** |", "",
@@ -224,13 +224,6 @@ def write_report(result: SearchResult, out_dir: Path, top: int = 10) -> dict[str
         "nemo": (NEMO_NAME, "\n".join(nemo_overrides(result)) + "\n"),
     }
     return {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
-
-
-def short(plan: Plan) -> str:
-    return (f"TP {plan.tp}, PP {plan.pp}, VP {plan.vp}, CP {plan.cp}, DP {plan.dp}, "
-            f"SP {'on' if plan.sp else 'off'}, MBS {plan.mbs}, recompute "
-            f"{recompute_label(plan)}, distributed optimizer "
-            f"{'on' if plan.distributed_optimizer else 'off'}")
 
 
 def _r(value) -> float:

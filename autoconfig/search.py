@@ -15,7 +15,8 @@ from autoconfig import memory, perf
 from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.hardware import Cluster
 from autoconfig.model import ModelSpec
-from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload
+from autoconfig.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
+                             describe_plan)
 from autoconfig.space import R_MEMORY, AxisChoices, PlanSpace, divisors, enumerate_plans
 
 OBJECTIVES = ("throughput", "memory")
@@ -162,12 +163,11 @@ def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster
     total = np.asarray(mem.total_bytes, dtype=float)
     lean = int(np.argmin(total))
     plan = space.plans.plan(lean)
-    usable = getattr(memory, "usable_bytes", None)
-    capacity = (float(usable(cluster.gpu)) if usable else cluster.gpu.hbm_capacity_bytes) / GIB
+    capacity = float(memory.usable_bytes(cluster.gpu)) / GIB
     what = (f"no plan fits in the {capacity:.1f} GiB usable on each {cluster.gpu.name}: the "
             f"leanest of "
             f"{len(space.plans)} valid plans needs {total[lean] / GIB:.1f} GiB "
-            f"({short_plan(plan)})")
+            f"({describe_plan(plan)})")
     fixes = _relaxations(model, workload, cluster, choices)
     nodes = _nodes_that_fit(model, workload, cluster, choices)
     if nodes is not None:
@@ -233,19 +233,3 @@ def _nodes_that_fit(model, workload, cluster: Cluster, choices: AxisChoices) -> 
         if trials >= MAX_NODE_TRIALS:
             break
     return None
-
-
-def short_plan(plan: Plan) -> str:
-    """One-line plan description for messages and tables."""
-    text = (f"tp {plan.tp}, pp {plan.pp}, vp {plan.vp}, cp {plan.cp}, dp {plan.dp}, "
-            f"sp {'on' if plan.sp else 'off'}, mbs {plan.mbs}, "
-            f"recompute {recompute_label(plan)}, "
-            f"dist-opt {'on' if plan.distributed_optimizer else 'off'}")
-    return text
-
-
-def recompute_label(plan: Plan) -> str:
-    """'none', 'selective' or 'full/uniform/1'."""
-    if plan.recompute != "full":
-        return plan.recompute
-    return f"full/{plan.recompute_method}/{plan.recompute_num_layers}"

@@ -16,7 +16,7 @@ from autoconfig.memory import allocated_bytes, stage_breakdown, usable_bytes
 from autoconfig.model import hardware_flops_per_token
 from autoconfig.paths import benchmarks_dir
 from autoconfig.perf import PerfConstants, load_constants, step_time
-from autoconfig.plan import PlanTable
+from autoconfig.plan import PlanTable, plan_label
 from autoconfig.runs import Run, load_runs, memory_stage_model
 
 TARGET_MAPE_PCT = 10.0
@@ -233,18 +233,7 @@ def validate(path: Path | None = None, constants: PerfConstants | None = None,
 
 
 def _plan_text(run: Run) -> str:
-    p = run.plan
-    text = f"tp{p.tp} pp{p.pp} dp{p.dp}"
-    if p.cp > 1:
-        text += f" cp{p.cp}"
-    if p.vp > 1:
-        text += f" vp{p.vp}"
-    text += f" mbs{p.mbs} {p.recompute}"
-    if p.sp:
-        text += " sp"
-    if run.workload.precision == "fp8":
-        text += " fp8"
-    return text
+    return plan_label(run.plan) + (" fp8" if run.workload.precision == "fp8" else "")
 
 
 def format_report(report: ValidationReport, show_rows: bool = True) -> str:

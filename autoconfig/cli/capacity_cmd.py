@@ -12,7 +12,7 @@ from autoconfig.atomic import write_atomic
 from autoconfig.cli.search_cmd import (ListOrAuto, positive_int, default_global_batch_size,
                                        model_options, resolve_model)
 from autoconfig.errors import InputError
-from autoconfig.plan import PRECISIONS, Workload
+from autoconfig.plan import PRECISIONS, Workload, plan_label
 from autoconfig.units import format_count
 
 DEFAULT_GPUS = "a100-80gb,h100-80gb,h200,b200"
@@ -26,18 +26,16 @@ def capacity_table(cells) -> pd.DataFrame:
     return pd.DataFrame([c.to_row() for c in cells], columns=list(_COLUMNS))
 
 
-def _shown(df: pd.DataFrame) -> list[list]:
+def _shown(cells) -> list[list]:
     rows = []
-    for r in df.itertuples(index=False):
-        if r.status != "ok":
-            rows.append([r.gpu, r.nodes, r.gpus, r.status, "", "", "", "", "", "",
-                         r.reason.split(":")[0][:60]])
+    for c in cells:
+        if c.status != "ok":
+            rows.append([c.gpu, c.nodes, c.gpus, c.status, "", "", "", "", "", "",
+                         c.reason.split(":")[0][:60]])
             continue
-        plan = (f"tp{r.tp} pp{r.pp} vp{r.vp} cp{r.cp} dp{r.dp}{' sp' if r.sp else ''} "
-                f"mbs{r.mbs} {r.recompute}{' distopt' if r.distributed_optimizer else ''}")
-        rows.append([r.gpu, r.nodes, r.gpus, "ok", plan, f"{r.step_time_s:.4g}",
-                     f"{r.tokens_per_s:,.0f}", f"{100 * r.mfu:.1f}", f"{r.memory_gib:.1f}",
-                     f"{r.train_days:,.1f}", f"{r.gpu_hours:,.0f}"])
+        rows.append([c.gpu, c.nodes, c.gpus, "ok", plan_label(c.plan), f"{c.step_time_s:.4g}",
+                     f"{c.tokens_per_s:,.0f}", f"{100 * c.mfu:.1f}", f"{c.memory_gib:.1f}",
+                     f"{c.train_days:,.1f}", f"{c.gpu_hours:,.0f}"])
     return rows
 
 
@@ -45,8 +43,8 @@ _HEADERS = ("gpu", "nodes", "GPUs", "status", "best plan", "step s", "tokens/s",
             "GiB/GPU", "days", "GPU-hours")
 
 
-def markdown(df: pd.DataFrame, title: str, notes: list[str]) -> str:
-    body = tabulate(_shown(df), headers=_HEADERS, tablefmt="github")
+def markdown(cells, title: str, notes: list[str]) -> str:
+    body = tabulate(_shown(cells), headers=_HEADERS, tablefmt="github")
     return "\n".join([f"# {title}", "", *[f"- {n}" for n in notes], "", body, ""])
 
 
@@ -94,7 +92,7 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     notes = [f"global batch {workload.global_batch_size} sequences of {seq} tokens, {precision}",
              "days = tokens / (predicted tokens/s of the best plan); predictions, not measurements: "
              "prove the chosen cell with `autoconfig search ... --profile`"]
-    text = markdown(df, title, notes)
+    text = markdown(cells, title, notes)
     write_atomic(out / "capacity.csv", df.to_csv(index=False))
     write_atomic(out / "capacity.md", text)
     click.echo(text)

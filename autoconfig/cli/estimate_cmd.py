@@ -14,9 +14,10 @@ from autoconfig.cli.search_cmd import (DEFAULT_GPU, gpus_per_node_for, model_opt
                                        resolve_model)
 from autoconfig.errors import InputError
 from autoconfig.hardware import cluster_from_gpus
+from autoconfig.memory import usable_bytes
 from autoconfig.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
-                             Workload)
-from autoconfig.search import MEMORY_FIELDS, TIME_FIELDS, evaluate, recompute_label
+                             Workload, describe_plan)
+from autoconfig.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
 from autoconfig.space import check_plan, dp_for
 
 
@@ -39,25 +40,16 @@ def estimate_plan(model, workload, cluster, plan) -> dict:
         "memory_gib": float(row.memory_gib),
         "memory_breakdown_gib": {name: float(row[f"{name}_gib"]) for name in MEMORY_FIELDS},
         "fits": bool(fit[0]),
-        "gpu_memory_gib": _usable_bytes(cluster.gpu) / 2 ** 30,
+        "gpu_memory_gib": float(usable_bytes(cluster.gpu)) / GIB,
         "time_breakdown_s": {name[:-2]: float(row[name]) for name in TIME_FIELDS},
     }
-
-
-def _usable_bytes(gpu) -> float:
-    """What the memory model lets a plan use (its usable capacity), else the HBM size."""
-    from autoconfig import memory
-    usable = getattr(memory, "usable_bytes", None)
-    return float(usable(gpu)) if usable else gpu.hbm_capacity_bytes
 
 
 def render_table(result: dict) -> str:
     plan = Plan(**result["plan"])
     head = (f"{result['model']} on {result['gpus']} x {result['gpu']}, gbs "
             f"{result['global_batch_size']}, seq {result['seq_len']}, {result['precision']}: "
-            f"tp {plan.tp}, pp {plan.pp}, vp {plan.vp}, cp {plan.cp}, dp {plan.dp}, "
-            f"sp {'on' if plan.sp else 'off'}, mbs {plan.mbs}, recompute "
-            f"{recompute_label(plan)}, dist-opt {'on' if plan.distributed_optimizer else 'off'}")
+            f"{describe_plan(plan)}")
     rows = [("step time (s)", f"{result['step_time_s']:.4f}"),
             ("tokens/s/GPU", f"{result['tokens_per_s_per_gpu']:.1f}"),
             ("TFLOP/s/GPU (model)", f"{result['tflops_per_gpu']:.1f}"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autoconfig.plan import PLAN_FIELDS, Plan
+from autoconfig.plan import PLAN_FIELDS, Plan, plan_label
 from autoconfig.profiling import store
 from autoconfig.profiling.rank import rank_measured
 
@@ -105,27 +105,6 @@ def _row(plan: Plan, result: dict, pred: dict) -> dict:
         error=_one_line(result.get("error") or ""),
     )
     return row
-
-
-def plan_label(plan: Plan) -> str:
-    """A short human label (display only; the store keys on the fields)."""
-    parts = [f"tp{plan.tp}", f"pp{plan.pp}"]
-    if plan.vp > 1:
-        parts.append(f"vp{plan.vp}")
-    if plan.cp > 1:
-        parts.append(f"cp{plan.cp}")
-    parts += [f"dp{plan.dp}", f"mbs{plan.mbs}"]
-    if plan.sp:
-        parts.append("sp")
-    if plan.recompute != "none":
-        rc = plan.recompute
-        if plan.recompute == "full":
-            rc += f"-{plan.recompute_method}" + (f"{plan.recompute_num_layers}"
-                                                 if plan.recompute_num_layers else "")
-        parts.append(f"rc:{rc}")
-    if plan.distributed_optimizer:
-        parts.append("distopt")
-    return " ".join(parts)
 
 
 def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:

@@ -19,9 +19,9 @@ import click
 import pandas as pd
 
 from autoconfig.errors import InputError
-from autoconfig.plan import PLAN_FIELDS, Plan
+from autoconfig.plan import PLAN_FIELDS, Plan, plan_label
 from autoconfig.profiling import launch, store
-from autoconfig.profiling.report import CPU_NOTE, plan_label, write_report
+from autoconfig.profiling.report import CPU_NOTE, write_report
 from autoconfig.profiling.select import DEFAULT_TOP_K, select_plans
 
 PROFILE_SUBDIR = "profile"
