@@ -12,7 +12,7 @@ from typing import Any
 
 from autoconfig.errors import CatalogError
 from autoconfig.paths import heuristics_dir
-from autoconfig.yamlio import load_yaml
+from autoconfig.yamlio import load_yaml, sourced_field
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,7 @@ def load_heuristics(name: str) -> dict[str, Any]:
 
 def sourced_entry(data: dict[str, Any], key: str, where: str) -> Sourced:
     """``key: {value, source}`` from ``data``; value may be a number or a string."""
-    entry = data.get(key)
-    if not isinstance(entry, dict) or "value" not in entry:
-        raise CatalogError(f"{where}: field {key!r} must be a mapping with 'value' and 'source'")
-    source = str(entry.get("source", "")).strip()
-    if not source:
-        raise CatalogError(f"{where}: field {key!r} has no source")
-    value = entry["value"]
+    value, source = sourced_field(data, key, where)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise CatalogError(f"{where}: field {key!r} value {value!r} is not a number or name")
     return Sourced(value=value, source=source)

@@ -26,19 +26,25 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def sourced_field(data: dict[str, Any], key: str, where: object) -> tuple[Any, str]:
+    """``key: {value: ..., source: "..."}`` -> (value, source); the source is mandatory."""
+    entry = data.get(key)
+    if not isinstance(entry, dict) or "value" not in entry:
+        raise CatalogError(f"{where}: field {key!r} must be a mapping with 'value' and 'source'")
+    source = str(entry.get("source", "")).strip()
+    if not source:
+        raise CatalogError(f"{where}: field {key!r} has no source")
+    return entry["value"], source
+
+
 def sourced_number(data: dict[str, Any], key: str, path: Path, *,
                    optional: bool = False) -> float | None:
     """Read ``key: {value: N, source: "..."}``; the source is mandatory."""
-    entry = data.get(key)
-    if entry is None:
+    if data.get(key) is None:
         if optional:
             return None
         raise CatalogError(f"{path}: missing field {key!r}")
-    if not isinstance(entry, dict) or "value" not in entry:
-        raise CatalogError(f"{path}: field {key!r} must be a mapping with 'value' and 'source'")
-    if not str(entry.get("source", "")).strip():
-        raise CatalogError(f"{path}: field {key!r} has no source")
-    value = entry["value"]
+    value, _ = sourced_field(data, key, path)
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
