@@ -22,19 +22,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    # Imported here so each command module stays independent and light.
-    from autoconfig.cli import catalog_cmd
-    cli.add_command(catalog_cmd.catalog)
-    for module_name, attr in (("base_cmd", "base"), ("search_cmd", "search"),
-                              ("estimate_cmd", "estimate"), ("validate_cmd", "validate"),
-                              ("report_cmd", "report"), ("capacity_cmd", "capacity")):
-        try:
-            module = __import__(f"autoconfig.cli.{module_name}", fromlist=[attr])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"autoconfig.cli.{module_name}":
-                raise
-            continue
-        cli.add_command(getattr(module, attr))
+    # Imported here, after ``cli`` exists, so each command module stays independent.
+    from autoconfig.cli import (base_cmd, capacity_cmd, catalog_cmd, estimate_cmd, report_cmd,
+                                search_cmd, validate_cmd)
+    for command in (catalog_cmd.catalog, base_cmd.base, search_cmd.search,
+                    estimate_cmd.estimate, capacity_cmd.capacity, validate_cmd.validate,
+                    report_cmd.report):
+        cli.add_command(command)
 
 
 _register()
