@@ -176,7 +176,7 @@ def _meta(model, workload, cluster, options, specs) -> dict:
     return {
         "model_name": model.name, "model": dataclasses.asdict(model),
         "workload": dataclasses.asdict(workload),
-        "cluster": {"gpu": getattr(cluster.gpu, "name", str(cluster.gpu)), "nodes": cluster.nodes,
+        "cluster": {"gpu": cluster.gpu.name, "nodes": cluster.nodes,
                     "gpus_per_node": cluster.gpus_per_node},
         "device": options.device, "executor": options.executor,
         "objective": options.profile_objective, "top_k": options.top_k,
