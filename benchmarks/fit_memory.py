@@ -3,8 +3,8 @@
 Usage:  python benchmarks/fit_memory.py [--write]
 
 Rows: the rows of benchmarks/published_runs.csv with measured peak memory or an
-OOM, turned into plans by the library (``autoconfig.runs.load_runs``) and
-predicted by ``autoconfig.validation.predict_memory_bytes``: the one mapping
+OOM, turned into plans by the library (``autoconfig.validation.runs.load_runs``) and
+predicted by ``autoconfig.validation.scoring.predict_memory_bytes``: the one mapping
 ``autoconfig validate`` also uses (precision recipe, fused attention, measured
 stage, stage layer count, ZeRO-1 as the distributed optimizer).
 
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.catalog import get_gpu
-from autoconfig.memory import load_constants, memory_breakdown, usable_bytes
-from autoconfig.plan import PlanTable, Workload
-from autoconfig.runs import Run, load_runs
-from autoconfig.validation import default_runs_path, predict_memory_bytes
+from autoconfig.core.catalog import get_gpu
+from autoconfig.training.memory import load_constants, memory_breakdown, usable_bytes
+from autoconfig.core.plan import PlanTable, Workload
+from autoconfig.validation.runs import Run, load_runs
+from autoconfig.validation.scoring import default_runs_path, predict_memory_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 YAML = ROOT / "heuristics" / "memory.yaml"
@@ -65,7 +65,7 @@ def time_million_plans(n: int = 10**6) -> float:
     """Seconds memory_breakdown takes over n random GPT-3 175B plans (best of 3)."""
     import time
 
-    from autoconfig.catalog import get_model
+    from autoconfig.core.catalog import get_model
     rng = np.random.default_rng(0)
     plans = PlanTable(tp=rng.choice([1, 2, 4, 8], n), pp=rng.choice([1, 2, 4, 8], n),
                       dp=rng.choice([1, 2, 4, 8], n), cp=rng.choice([1, 2], n),

@@ -10,7 +10,7 @@ efficiency of llm-foundry's kernel on A100 and H100 (``ATTENTION``; the S09 rows
 of 4K-65K tokens are where attention dominates). The loss is
 the mean squared log ratio of predicted to measured figure, averaged per
 source and then over sources, over every usable throughput row
-(benchmarks/published_runs.csv minus the rows autoconfig.runs skips or marks
+(benchmarks/published_runs.csv minus the rows autoconfig.validation.runs skips or marks
 as untuned),
 minimised by Nelder-Mead (Nelder & Mead 1965) from the values in
 heuristics/perf.yaml. Prints the fitted values and the resulting MAPE; copy
@@ -31,9 +31,9 @@ import time
 
 import numpy as np
 
-from autoconfig.perf import load_constants
-from autoconfig.runs import load_runs
-from autoconfig.validation import default_runs_path, evaluate_rows
+from autoconfig.training.step_time import load_constants
+from autoconfig.validation.runs import load_runs
+from autoconfig.validation.scoring import default_runs_path, evaluate_rows
 
 GENERATIONS = ("ampere", "hopper", "blackwell")
 SCALARS = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup")

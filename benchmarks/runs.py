@@ -1,7 +1,7 @@
 """Print how each shipped published run is read: the plan, the assumptions made for
 unstated fields, the measured figure, or why the row is not used.
 
-The conversion itself lives in autoconfig/runs.py (so `autoconfig validate` works
+The conversion itself lives in autoconfig/validation/runs.py (so `autoconfig validate` works
 from an installed package); its docstring lists the assumptions per source.
 
     python benchmarks/runs.py
@@ -11,8 +11,8 @@ import sys
 
 from tabulate import tabulate
 
-from autoconfig.runs import load_runs
-from autoconfig.validation import default_runs_path
+from autoconfig.validation.runs import load_runs
+from autoconfig.validation.scoring import default_runs_path
 
 
 def main() -> int:

@@ -13,11 +13,11 @@ sizes are those of Narayanan et al. 2021 Table 1 (1536 and 3072 sequences of
 import argparse
 import time
 
-from autoconfig.catalog import get_gpu, get_model
-from autoconfig.hardware import Cluster
-from autoconfig.plan import Workload
-from autoconfig.search import search
-from autoconfig.space import R_MEMORY
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import Workload
+from autoconfig.training.search import search
+from autoconfig.training.space import R_MEMORY
 
 CASES = (
     # (model, gpu, nodes, gpus per node, gbs, seq, target seconds)

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import click
 
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
-from autoconfig.hardware import Cluster
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling.sweep import RankedPlan, run_profiling
 
 

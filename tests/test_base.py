@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from autoconfig import base as b
-from autoconfig import budget as bud
-from autoconfig import hyperparams
-from autoconfig import shape
-from autoconfig.catalog import all_gpus, get_gpu, get_model
+from autoconfig.base import config as b
+from autoconfig.base import budget as bud
+from autoconfig.base import hyperparams
+from autoconfig.base import shape
+from autoconfig.core.catalog import all_gpus, get_gpu, get_model
 from autoconfig.errors import CatalogError, InfeasibleError, InputError
 from autoconfig.heuristics import load_heuristics, sourced_entry
-from autoconfig.model import total_params
+from autoconfig.core.model import total_params
 
 # Brown et al. 2020, Table 2.1: learning rate and batch (tokens) by size.
 GPT3_PAPER = {"126m": (6.0e-4, 0.5e6), "350m": (3.0e-4, 0.5e6), "760m": (2.5e-4, 0.5e6),

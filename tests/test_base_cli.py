@@ -7,7 +7,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from autoconfig.base import read_base_yaml
+from autoconfig.base.config import read_base_yaml
 from autoconfig.cli import main
 
 

@@ -6,10 +6,10 @@ import sys
 import pandas as pd
 import pytest
 
-from autoconfig.capacity import capacity_grid, train_days
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.training.capacity import capacity_grid, train_days
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import InputError
-from autoconfig.plan import Workload
+from autoconfig.core.plan import Workload
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from autoconfig import catalog
+from autoconfig.core import catalog
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.paths import configs_dir
 

@@ -24,7 +24,7 @@ def test_every_command_has_help(name):
 
 def test_cli_does_not_import_torch_or_megatron():
     """The search path must install and start light: only the profiling worker imports them."""
-    code = ("import sys, autoconfig.cli, autoconfig.search, autoconfig.capacity, "
+    code = ("import sys, autoconfig.cli, autoconfig.training.search, autoconfig.training.capacity, "
             "autoconfig.profiling.sweep; "
             "print(any(m == 'torch' or m.startswith('megatron') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -7,17 +7,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoconfig.activations import (chunks_in_flight, layer_activation_bytes,
+from autoconfig.training.activations import (chunks_in_flight, layer_activation_bytes,
                                     layer_stored_widths)
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import CatalogError, InputError
-from autoconfig.memory import (allocated_bytes, distributed_optimizer_bytes_per_param,
+from autoconfig.training.memory import (allocated_bytes, distributed_optimizer_bytes_per_param,
                                fits, load_constants, memory_breakdown, stage_breakdown,
                                stage_params, usable_bytes)
-from autoconfig.model import ModelSpec, attention_weight_params, mlp_weight_params
+from autoconfig.core.model import ModelSpec, attention_weight_params, mlp_weight_params
 from autoconfig.paths import benchmarks_dir
-from autoconfig.plan import RECOMPUTE_KINDS, Plan, PlanTable, Workload
-from autoconfig.validation import predict_memory_bytes, validate
+from autoconfig.core.plan import RECOMPUTE_KINDS, Plan, PlanTable, Workload
+from autoconfig.validation.scoring import predict_memory_bytes, validate
 
 GIB = 2**30
 NONE, SELECTIVE, FULL = (RECOMPUTE_KINDS.index(k) for k in RECOMPUTE_KINDS)
@@ -282,7 +282,7 @@ def test_one_row_table_and_vectorised_agree() -> None:
                        + whole.activations_bytes + whole.logits_bytes + whole.overhead_bytes)
 
 
-# --- measured rows (published_runs.csv through autoconfig.runs) ----------------------------
+# --- measured rows (published_runs.csv through autoconfig.validation.runs) ----------------------------
 
 def _fit_module():
     spec = importlib.util.spec_from_file_location("fit_memory",
@@ -379,7 +379,7 @@ def test_memory_yaml_numbers_need_sources(tmp_path) -> None:
 
 
 def test_dropout_from_catalog_family_or_megatron_default() -> None:
-    from autoconfig.catalog import model_from_mapping
+    from autoconfig.core.catalog import model_from_mapping
     shape = dict(num_layers=4, hidden_size=1024, num_heads=8, num_kv_heads=8,
                  ffn_hidden_size=4096, vocab_size=32000, seq_len=2048)
     assert get_model("llama3", "8b").hidden_dropout == 0.0  # configs/models: no dropout

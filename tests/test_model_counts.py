@@ -2,8 +2,8 @@
 
 import pytest
 
-from autoconfig.catalog import get_model
-from autoconfig.model import (forward_flops_per_token, hardware_flops_per_token,
+from autoconfig.core.catalog import get_model
+from autoconfig.core.model import (forward_flops_per_token, hardware_flops_per_token,
                               model_flops_per_token, total_params)
 
 

@@ -5,13 +5,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autoconfig.catalog import get_gpu, get_model
-from autoconfig.comm import hierarchical_allreduce_s, members_in_domain, ring_allreduce_s
-from autoconfig.hardware import cluster_from_gpus
-from autoconfig.model import model_flops_per_token
-from autoconfig.perf import (PerfConstants, SoftwareFeatures, gemm_time_s, load_constants,
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, ring_allreduce_s
+from autoconfig.core.hardware import cluster_from_gpus
+from autoconfig.core.model import model_flops_per_token
+from autoconfig.training.step_time import (PerfConstants, SoftwareFeatures, gemm_time_s, load_constants,
                              step_time)
-from autoconfig.plan import Plan, PlanTable, Workload
+from autoconfig.core.plan import Plan, PlanTable, Workload
 
 GPT3 = get_model("gpt3", "175b")
 A100 = get_gpu("a100-80gb")
@@ -65,7 +65,7 @@ def test_gemm_roofline_penalty():
 def test_bubble_is_p_minus_1_over_v_m_of_pipeline_time():
     """(p-1)/(v m) of the last stage's busy time, less its output layer: the fill
     and drain slots are the other stages' micro-batches, which have no logits."""
-    from autoconfig.perf import _forward_times
+    from autoconfig.training.step_time import _forward_times
     for vp in (1, 2, 3):
         p = plan(vp=vp)
         perf = one(p)
@@ -315,7 +315,7 @@ LLAMA_LIKE = dataclasses.replace(GPT3, num_layers=32, hidden_size=4096, num_head
 
 
 def _times(seq_len: int, constants=None, software=None, gpu=H100, p=None):
-    from autoconfig.perf import _forward_times
+    from autoconfig.training.step_time import _forward_times
     p = p or Plan(tp=1, pp=1, dp=8, mbs=1)
     times = _forward_times(LLAMA_LIKE, Workload(64, seq_len), PlanTable.from_plans([p]), gpu,
                            constants or load_constants(), software or SoftwareFeatures())
@@ -325,7 +325,7 @@ def _times(seq_len: int, constants=None, software=None, gpu=H100, p=None):
 def test_flash_attention_time_plain_numbers():
     """Causal half of 4 s h per token forward, backward 2.5 x forward (the
     FlashAttention benchmarks' count), at the attention efficiency of the peak."""
-    from autoconfig.perf import _flash_attention_times
+    from autoconfig.training.step_time import _flash_attention_times
     fwd, bwd = _flash_attention_times(LLAMA_LIKE, 1000.0, 1000.0, 1.0, 1e12, 0.5)
     assert fwd == pytest.approx(0.5 * 4.0 * 1000 * 4096 * 1000 / (1e12 * 0.5))
     assert bwd == pytest.approx(2.5 * fwd)

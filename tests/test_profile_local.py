@@ -6,10 +6,10 @@ import sys
 import pandas as pd
 import pytest
 
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.cli import cli, main
-from autoconfig.hardware import Cluster
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
 from profile_probe import probe_command

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoconfig.catalog import get_gpu, get_model
-from autoconfig.hardware import Cluster
-from autoconfig.plan import Workload
-from autoconfig.report import (BEST_NAME, CSV_NAME, MARKDOWN_NAME, MEGATRON_NAME, NEMO_NAME,
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import Workload
+from autoconfig.reports.search_report import (BEST_NAME, CSV_NAME, MARKDOWN_NAME, MEGATRON_NAME, NEMO_NAME,
                                megatron_args, write_report)
-from autoconfig.search import search
-from autoconfig.space import AxisChoices
+from autoconfig.training.search import search
+from autoconfig.training.space import AxisChoices
 
 GOLDEN = Path(__file__).parent / "golden" / "report"
 FILES = (CSV_NAME, MARKDOWN_NAME, BEST_NAME, MEGATRON_NAME, NEMO_NAME)
@@ -71,7 +71,7 @@ def test_best_yaml_is_the_winner(written, small_search) -> None:
 
 
 def test_megatron_flags_follow_the_plan() -> None:
-    from autoconfig.plan import Plan
+    from autoconfig.core.plan import Plan
     model = get_model("llama3", "8b")
     plan = Plan(tp=2, pp=4, dp=2, cp=2, vp=2, sp=True, mbs=1, recompute="full",
                 recompute_method="block", recompute_num_layers=3, distributed_optimizer=True)

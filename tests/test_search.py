@@ -5,13 +5,13 @@ consistent, and nothing-fits explains what would."""
 import numpy as np
 import pytest
 
-from autoconfig import memory
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.training import memory
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import InfeasibleError, InputError
-from autoconfig.hardware import Cluster
-from autoconfig.plan import Workload
-from autoconfig.search import search
-from autoconfig.space import R_MEMORY, AxisChoices
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import Workload
+from autoconfig.training.search import search
+from autoconfig.training.space import R_MEMORY, AxisChoices
 
 A100 = get_gpu("a100-80gb")
 

@@ -119,7 +119,7 @@ def test_search_from_base_yaml_uses_its_model_and_batch(capsys, tmp_path) -> Non
     code, _, err = run_cli(["base", "--model", "gpt3", "--size", "13b", "--nodes", "2",
                             "--gpu", "a100-80gb", "-o", str(base)], capsys)
     assert code == 0, err
-    from autoconfig.base import read_base_yaml
+    from autoconfig.base.config import read_base_yaml
     expected = read_base_yaml(base)
     code, out, err = run_cli(["search", "--base", str(base), "--top", "3", "-o",
                               str(tmp_path / "out")], capsys)

@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from autoconfig.errors import InputError
-from autoconfig.plan import Plan
+from autoconfig.core.plan import Plan
 from autoconfig.profiling.select import select_plans
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.cli import cli, main
 from autoconfig.errors import LaunchError
-from autoconfig.hardware import Cluster
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
 from profile_probe import probe_command
@@ -113,7 +113,7 @@ def test_scancel_is_recorded_as_cancelled(slurm, tmp_path):
 SWEEP = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from autoconfig.plan import Plan
+    from autoconfig.core.plan import Plan
     from autoconfig.profiling.launch import JobItem, LaunchOptions, launch, probe_job
     plans = [Plan(tp=1, pp=1, dp=1, mbs=m) for m in (1, 2, 4)]
     seconds = [0.0, 0.0, 300.0]

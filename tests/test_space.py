@@ -6,11 +6,11 @@ import itertools
 import numpy as np
 import pytest
 
-from autoconfig.catalog import get_gpu, get_model
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import InputError
-from autoconfig.hardware import Cluster
-from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Workload
-from autoconfig.space import (AxisChoices, check_plan, divisors, enumerate_plans,
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Workload
+from autoconfig.training.space import (AxisChoices, check_plan, divisors, enumerate_plans,
                               recompute_variants)
 
 A100 = get_gpu("a100-80gb")
@@ -127,7 +127,7 @@ def test_bad_narrowing_is_an_input_error() -> None:
 
 
 def test_check_plan_names_the_broken_rule() -> None:
-    from autoconfig.plan import Plan
+    from autoconfig.core.plan import Plan
     model = get_model("gpt3", "175b")
     cluster = Cluster(A100, nodes=128, gpus_per_node=8)
     good = Plan(tp=8, pp=8, dp=16, mbs=1)

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from autoconfig.catalog import get_model
+from autoconfig.core.catalog import get_model
 from autoconfig.errors import InputError
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling.proxy import cpu_proxy
 from autoconfig.profiling.spec import ProfileResult, ProfileSpec
 

@@ -6,7 +6,7 @@ import os
 import pandas as pd
 import pytest
 
-from autoconfig.plan import Plan
+from autoconfig.core.plan import Plan
 from autoconfig.profiling import store
 from autoconfig.profiling.report import write_report
 from autoconfig.profiling.spec import ProfileResult

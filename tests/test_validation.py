@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from autoconfig.model import hardware_flops_per_token
-from autoconfig.runs import load_runs, row_to_run
-from autoconfig.validation import (default_runs_path, evaluate_rows, rank_groups, spearman,
+from autoconfig.core.model import hardware_flops_per_token
+from autoconfig.validation.runs import load_runs, row_to_run
+from autoconfig.validation.scoring import (default_runs_path, evaluate_rows, rank_groups, spearman,
                                    validate)
 
 
@@ -180,7 +180,7 @@ def test_llm_foundry_mfu_counts_the_same_flops_as_the_model(runs):
     """The tables' MFU is (6 N + 12 L h s) FLOPs per token (attention counted whole)
     times tokens/s over the dense peak; autoconfig's model FLOPs agree within 0.5%,
     so tokens/s and MFU compare like with like."""
-    from autoconfig.model import model_flops_per_token
+    from autoconfig.core.model import model_flops_per_token
 
     with open(default_runs_path(), newline="") as handle:
         rows = {r["record_id"]: r for r in csv.DictReader(handle)}

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from autoconfig.catalog import get_model  # noqa: E402
-from autoconfig.model import ModelSpec  # noqa: E402
-from autoconfig.plan import Plan, Workload  # noqa: E402
+from autoconfig.core.catalog import get_model  # noqa: E402
+from autoconfig.core.model import ModelSpec  # noqa: E402
+from autoconfig.core.plan import Plan, Workload  # noqa: E402
 from autoconfig.profiling.proxy import cpu_proxy  # noqa: E402
 from autoconfig.profiling.spec import ProfileSpec  # noqa: E402
 from autoconfig.profiling.worker import run_local_processes  # noqa: E402

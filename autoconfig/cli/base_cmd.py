@@ -6,10 +6,10 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from autoconfig import base as b
-from autoconfig.catalog import get_gpu
+from autoconfig.base import config as b
+from autoconfig.core.catalog import get_gpu
 from autoconfig.errors import InputError
-from autoconfig.hardware import cluster_from_gpus
+from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.units import format_count, parse_count
 
 

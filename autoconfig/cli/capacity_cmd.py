@@ -7,12 +7,12 @@ import click
 import pandas as pd
 from tabulate import tabulate
 
-from autoconfig import catalog
+from autoconfig.core import catalog
 from autoconfig.atomic import write_atomic
 from autoconfig.cli.search_cmd import (ListOrAuto, positive_int, default_global_batch_size,
                                        model_options, resolve_model)
 from autoconfig.errors import InputError
-from autoconfig.plan import PRECISIONS, Workload, plan_label
+from autoconfig.core.plan import PRECISIONS, Workload, plan_label
 from autoconfig.units import format_count
 
 DEFAULT_GPUS = "a100-80gb,h100-80gb,h200,b200"
@@ -67,10 +67,10 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     """Capacity planning: the best predicted plan, tokens/s, days and GPU-hours to
     train the token budget, for every GPU type and cluster size given. Writes
     capacity.csv and capacity.md."""
-    from autoconfig.base import CHINCHILLA, parse_tokens
-    from autoconfig.capacity import capacity_grid
+    from autoconfig.base.config import CHINCHILLA, parse_tokens
+    from autoconfig.training.capacity import capacity_grid
     from autoconfig.heuristics import heuristic
-    from autoconfig.model import total_params
+    from autoconfig.core.model import total_params
 
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)

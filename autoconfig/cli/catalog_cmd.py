@@ -3,8 +3,8 @@
 import click
 from tabulate import tabulate
 
-from autoconfig import catalog as cat
-from autoconfig.model import total_params
+from autoconfig.core import catalog as cat
+from autoconfig.core.model import total_params
 from autoconfig.units import format_count
 
 

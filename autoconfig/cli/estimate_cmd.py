@@ -9,16 +9,16 @@ import json
 import click
 from tabulate import tabulate
 
-from autoconfig import catalog
+from autoconfig.core import catalog
 from autoconfig.cli.search_cmd import (DEFAULT_GPU, gpus_per_node_for, model_options,
                                        resolve_model)
 from autoconfig.errors import InputError
-from autoconfig.hardware import cluster_from_gpus
-from autoconfig.memory import usable_bytes
-from autoconfig.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
+from autoconfig.core.hardware import cluster_from_gpus
+from autoconfig.training.memory import usable_bytes
+from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
                              Workload, describe_plan)
-from autoconfig.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
-from autoconfig.space import check_plan, dp_for
+from autoconfig.training.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
+from autoconfig.training.space import check_plan, dp_for
 
 
 def estimate_plan(model, workload, cluster, plan) -> dict:

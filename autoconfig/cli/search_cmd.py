@@ -12,13 +12,13 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from autoconfig import catalog
+from autoconfig.core import catalog
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.errors import InputError
-from autoconfig.hardware import GPU, Cluster
-from autoconfig.model import ModelSpec
-from autoconfig.plan import PRECISIONS, RECOMPUTE_KINDS, Workload
-from autoconfig.space import SWITCH_MODES, AxisChoices
+from autoconfig.core.hardware import GPU, Cluster
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import PRECISIONS, RECOMPUTE_KINDS, Workload
+from autoconfig.training.space import SWITCH_MODES, AxisChoices
 
 DEFAULT_GPU = "a100-80gb"
 DEFAULT_SEQ_LEN = 2048
@@ -126,8 +126,8 @@ def default_global_batch_size(model: ModelSpec, seq_len: int) -> int:
     """The batch `autoconfig base` chooses: the model's published batch where its
     catalog file states one, else the GPT-3 paper's batch tokens by model size
     in sequences of seq_len."""
-    from autoconfig.hyperparams import heuristic_global_batch_size, published_batch
-    from autoconfig.model import total_params
+    from autoconfig.base.hyperparams import heuristic_global_batch_size, published_batch
+    from autoconfig.core.model import total_params
     published = published_batch(model, seq_len)
     if published is not None:
         return published
@@ -191,22 +191,22 @@ def inputs_from_options(*, base: str | None, model: str | None, size: str | None
 
 
 def _read_base(path: str):
-    from autoconfig.base import read_base_yaml
+    from autoconfig.base.config import read_base_yaml
     return read_base_yaml(Path(path))
 
 
 def run_search(inputs: SearchInputs):
     """The search itself (no printing, no files): returns a SearchResult."""
-    from autoconfig.search import search
+    from autoconfig.training.search import search
     return search(inputs.model, inputs.workload, inputs.cluster, inputs.choices,
                   inputs.objective)
 
 
 def render_search(result, top: int, files: dict | None = None) -> str:
     """The text the command prints: top plans, counts by reason, files."""
-    from autoconfig.report import TOP_HEADERS, rejection_lines, top_rows
+    from autoconfig.reports.search_report import TOP_HEADERS, rejection_lines, top_rows
     from autoconfig.units import format_count
-    from autoconfig.model import total_params
+    from autoconfig.core.model import total_params
     m, c, w = result.model, result.cluster, result.workload
     lines = [f"{m.name} ({format_count(total_params(m))} params) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
@@ -270,7 +270,7 @@ def search(**options) -> None:
     megatron_args.sh and nemo_overrides.txt. With --profile, runs short real
     training jobs for the top plans and ranks them by what they measured."""
     from autoconfig.profiling.sweep import check_options, ranked_from_search, run_profiling
-    from autoconfig.report import write_report
+    from autoconfig.reports.search_report import write_report
     profiling = pop_profile_options(options)
     if profiling.profile:
         check_options(profiling)

@@ -14,7 +14,7 @@ from autoconfig.errors import InputError
 def validate(runs_path: Path | None, summary: bool) -> None:
     """Predict every usable published run and print the errors (MAPE per source and
     overall), the rank correlation within groups, and memory errors where measured."""
-    from autoconfig.validation import default_runs_path, format_report, validate as run_validation
+    from autoconfig.validation.scoring import default_runs_path, format_report, validate as run_validation
 
     path = runs_path or default_runs_path()
     if not path.is_file():

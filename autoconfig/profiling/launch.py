@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from autoconfig.errors import InputError, LaunchError
-from autoconfig.plan import PLAN_FIELDS, Plan
+from autoconfig.core.plan import PLAN_FIELDS, Plan
 from autoconfig.profiling import store
 
 EXECUTORS = ("local", "slurm")

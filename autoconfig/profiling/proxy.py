@@ -24,8 +24,8 @@ CPU figures measure the plan's structure, not GPU speed.
 
 from dataclasses import replace
 
-from autoconfig.model import ModelSpec
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import Plan, Workload
 
 PROXY_MAX_LAYERS = 4
 PROXY_MAX_HEADS = 4

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autoconfig.plan import PLAN_FIELDS, Plan, plan_label
+from autoconfig.core.plan import PLAN_FIELDS, Plan, plan_label
 from autoconfig.profiling import store
 from autoconfig.profiling.rank import rank_measured
 

@@ -12,7 +12,7 @@ covered, the remaining picks follow the predicted ranking.
 from typing import Sequence
 
 from autoconfig.errors import InputError
-from autoconfig.plan import Plan
+from autoconfig.core.plan import Plan
 
 PRIMARY_AXES = ("tp", "pp", "sp", "recompute")
 SECONDARY_AXES = ("vp", "cp", "mbs", "distributed_optimizer")

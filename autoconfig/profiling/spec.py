@@ -9,8 +9,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from autoconfig.errors import InputError
-from autoconfig.model import ModelSpec
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import Plan, Workload
 
 DEVICES = ("cuda", "cpu")
 STATUSES = ("ok", "oom", "timeout", "error", "cancelled", "node_fail")

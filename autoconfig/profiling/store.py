@@ -5,7 +5,7 @@ Layout (all pandas-readable):
 - ``results.jsonl``: one JSON record per profiled plan, appended as it arrives;
 - ``meta.json``: model, workload, cluster and device of the sweep.
 
-Records are keyed by the plan's own fields (``autoconfig.plan.Plan``), never by
+Records are keyed by the plan's own fields (``autoconfig.core.plan.Plan``), never by
 a directory or file name parsed back. A record is one ``write`` of one line,
 flushed and fsync'ed, so a crash leaves at most a torn last line, which
 ``load_results`` skips. The latest record of a plan wins.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from autoconfig.atomic import write_atomic
-from autoconfig.plan import PLAN_FIELDS, Plan
+from autoconfig.core.plan import PLAN_FIELDS, Plan
 
 PLANS_FILE = "plans.csv"
 RESULTS_FILE = "results.jsonl"

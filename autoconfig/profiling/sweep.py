@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from autoconfig.errors import InputError
-from autoconfig.plan import PLAN_FIELDS, Plan, plan_label
+from autoconfig.core.plan import PLAN_FIELDS, Plan, plan_label
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.report import CPU_NOTE, write_report
 from autoconfig.profiling.select import DEFAULT_TOP_K, select_plans

@@ -33,7 +33,7 @@ import traceback
 import zlib
 from pathlib import Path
 
-from autoconfig.model import model_flops_per_token
+from autoconfig.core.model import model_flops_per_token
 from autoconfig.profiling.spec import ProfileResult, ProfileSpec
 
 ERROR_TAIL_LINES = 20

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from autoconfig.errors import InputError
-from autoconfig.hardware import GPU
+from autoconfig.core.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic, load_heuristics, sourced_number
 
 SECONDS_PER_DAY = 86400.0

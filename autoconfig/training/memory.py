@@ -5,7 +5,7 @@ million plans take a fraction of a second. The numbers (bytes per parameter,
 logits bytes, overhead constants, usable HBM) live in heuristics/memory.yaml
 with their sources; the two overhead constants are fitted by
 benchmarks/fit_memory.py on the measured rows of benchmarks/published_runs.csv
-(mapped to plans by autoconfig/runs.py, as ``autoconfig validate`` does).
+(mapped to plans by autoconfig/validation/runs.py, as ``autoconfig validate`` does).
 
 Model states (Megatron-LM ``theoretical_memory_usage.py`` and
 ``docs/user-guide/features/dist_optimizer.md``): bf16 weights 2 B/param,
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.activations import (chunks_in_flight, layer_activation_bytes,
+from autoconfig.training.activations import (chunks_in_flight, layer_activation_bytes,
                                     microbatches_per_step, recompute_chunk_bytes,
                                     recompute_transient_bytes)
 from autoconfig.errors import CatalogError, InputError
-from autoconfig.hardware import GPU
-from autoconfig.model import ModelSpec, layer_params, norm_params
+from autoconfig.core.hardware import GPU
+from autoconfig.core.model import ModelSpec, layer_params, norm_params
 from autoconfig.paths import heuristics_dir
-from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
 from autoconfig.yamlio import load_yaml, sourced_number
 
 _FULL = RECOMPUTE_KINDS.index("full")

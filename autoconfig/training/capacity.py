@@ -10,13 +10,13 @@ fits is kept with the search's reason, never dropped.
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from autoconfig.budget import SECONDS_PER_DAY
+from autoconfig.base.budget import SECONDS_PER_DAY
 from autoconfig.errors import AutoconfigError, InputError
-from autoconfig.hardware import GPU, Cluster
-from autoconfig.model import ModelSpec
-from autoconfig.plan import Plan, Workload
-from autoconfig.search import search
-from autoconfig.space import AxisChoices
+from autoconfig.core.hardware import GPU, Cluster
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import Plan, Workload
+from autoconfig.training.search import search
+from autoconfig.training.space import AxisChoices
 
 
 @dataclass(frozen=True)

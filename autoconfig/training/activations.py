@@ -1,6 +1,6 @@
 """Activation memory of one transformer layer and of the pipeline schedule.
 
-Pure numpy helpers for ``autoconfig.memory``; every argument may be a scalar
+Pure numpy helpers for ``autoconfig.training.memory``; every argument may be a scalar
 or an array (one entry per plan). Bytes assume 16-bit activations and 1-byte
 dropout masks, as Korthikanti et al. 2022 ("Reducing Activation Recomputation
 in Large Transformer Models", arXiv 2205.05198) Sec. 4.
@@ -15,7 +15,7 @@ dropout, its separate 2-byte output are dropped.
 
 import numpy as np
 
-from autoconfig.model import ModelSpec
+from autoconfig.core.model import ModelSpec
 
 
 def layer_stored_widths(model: ModelSpec) -> tuple[float, float]:
@@ -61,7 +61,7 @@ def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
     """Bytes one layer keeps for backward, per micro-batch, per GPU.
 
     Korthikanti et al. 2022 Table 2 (``recompute``: 0 none, 1 selective,
-    2 full, the codes of ``autoconfig.plan.RECOMPUTE_KINDS``):
+    2 full, the codes of ``autoconfig.core.plan.RECOMPUTE_KINDS``):
 
     * TP:              sbh (10 + 24/t + 5as/(ht))
     * TP + SP:         sbh/t (34 + 5as/h)

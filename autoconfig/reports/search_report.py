@@ -16,9 +16,9 @@ import yaml
 from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
-from autoconfig.model import ModelSpec, total_params
-from autoconfig.plan import Plan, Workload, describe_plan, recompute_label
-from autoconfig.search import SearchResult
+from autoconfig.core.model import ModelSpec, total_params
+from autoconfig.core.plan import Plan, Workload, describe_plan, recompute_label
+from autoconfig.training.search import SearchResult
 from autoconfig.units import format_count
 
 CSV_NAME = "plans.csv"

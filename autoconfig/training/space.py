@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoconfig.errors import InputError
-from autoconfig.hardware import Cluster
-from autoconfig.model import ModelSpec
-from autoconfig.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
                              Workload)
 
 SWITCH_MODES = ("auto", "on", "off")

@@ -55,12 +55,12 @@ Assumptions per source (see benchmarks/SOURCES.md):
   ``llm-foundry/FSDP``; H100 nodes with the DGX figure of 8 x 400 Gb/s (A100
   rows state 1600 Gb/s per node, the DGX A100 figure). Measured:
   tokens/s/GPU (the tables' MFU counts the same FLOPs as
-  ``autoconfig.model.model_flops_per_token``, so comparing tokens/s compares
+  ``autoconfig.core.model.model_flops_per_token``, so comparing tokens/s compares
   like with like).
 
 Rows that cannot be used for throughput (OOM, inconsistent figures) keep
 their model and plan where those are known, so the memory check
-(``autoconfig.validation.predict_memory_bytes``, also used by
+(``autoconfig.validation.scoring.predict_memory_bytes``, also used by
 benchmarks/fit_memory.py) sees every measured peak and OOM.
 """
 
@@ -70,12 +70,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoconfig.catalog import get_gpu
+from autoconfig.core.catalog import get_gpu
 from autoconfig.errors import InputError
-from autoconfig.hardware import Cluster, cluster_from_gpus
-from autoconfig.model import ModelSpec, hardware_flops_per_token
-from autoconfig.perf import SoftwareFeatures
-from autoconfig.plan import Plan, Workload
+from autoconfig.core.hardware import Cluster, cluster_from_gpus
+from autoconfig.core.model import ModelSpec, hardware_flops_per_token
+from autoconfig.training.step_time import SoftwareFeatures
+from autoconfig.core.plan import Plan, Workload
 
 MEASURES = ("step_time_s", "hardware_tflops_per_gpu", "tokens_per_s_per_gpu")
 LLAMA3_VOCAB = 128256

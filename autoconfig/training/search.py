@@ -11,13 +11,15 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from autoconfig import memory, perf
+from autoconfig.training import memory
+
+from autoconfig.training import step_time as perf
 from autoconfig.errors import InfeasibleError, InputError
-from autoconfig.hardware import Cluster
-from autoconfig.model import ModelSpec
-from autoconfig.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
-from autoconfig.space import R_MEMORY, AxisChoices, PlanSpace, divisors, enumerate_plans
+from autoconfig.training.space import R_MEMORY, AxisChoices, PlanSpace, divisors, enumerate_plans
 
 OBJECTIVES = ("throughput", "memory")
 GIB = 2.0 ** 30

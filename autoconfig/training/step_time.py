@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
+from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
 from autoconfig.errors import CatalogError
-from autoconfig.hardware import Cluster, GPU
-from autoconfig.model import (ModelSpec, embedding_params, layer_params,
+from autoconfig.core.hardware import Cluster, GPU
+from autoconfig.core.model import (ModelSpec, embedding_params, layer_params,
                               model_flops_per_token, output_layer_params)
 from autoconfig.paths import heuristics_dir
-from autoconfig.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
 from autoconfig.yamlio import load_yaml, sourced_number
 
 BF16_BYTES = 2

@@ -17,17 +17,17 @@ from typing import Any
 import yaml
 
 from autoconfig.atomic import write_atomic
-from autoconfig.budget import (ComputeRate, compute_rate, max_params_chinchilla,
+from autoconfig.base.budget import (ComputeRate, compute_rate, max_params_chinchilla,
                                max_params_for_tokens, training_days)
-from autoconfig.catalog import model_from_mapping
+from autoconfig.core.catalog import model_from_mapping
 from autoconfig.errors import CatalogError, InputError
-from autoconfig.hardware import GPU
+from autoconfig.core.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic
-from autoconfig.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
+from autoconfig.base.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
                                     steps_for, table_batch_tokens, table_lr, table_row)
-from autoconfig.model import ModelSpec, total_params
-from autoconfig.plan import PRECISIONS
-from autoconfig.shape import (describe_rule, family_template, names_one_model,
+from autoconfig.core.model import ModelSpec, total_params
+from autoconfig.core.plan import PRECISIONS
+from autoconfig.base.shape import (describe_rule, family_template, names_one_model,
                               resolve_sized_model, shape_for_params, shape_rule)
 from autoconfig.units import format_count, parse_count
 from autoconfig.yamlio import load_yaml
@@ -293,7 +293,7 @@ def make_base(req: BaseRequest) -> BaseConfig:
     values: dict[str, Any] = {"model": model, "seq_len": model.seq_len, "precision": precision,
                               "mode": request_mode(req), "params": params, "tokens": tokens,
                               "flops_formula": f"{k}NT", "total_flops": k * params * tokens}
-    why = {"model": model_why, "params": "exact count of the shape (autoconfig.model.total_params)",
+    why = {"model": model_why, "params": "exact count of the shape (autoconfig.core.model.total_params)",
            "tokens": tokens_why,
            "seq_len": "given (--seq-len)" if req.seq_len else f"default of {model.name}'s family",
            "precision": "given (--precision)" if req.precision else _hp("precision").source,

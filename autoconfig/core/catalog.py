@@ -8,8 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from autoconfig.errors import CatalogError, InputError
-from autoconfig.hardware import GPU
-from autoconfig.model import ModelSpec
+from autoconfig.core.hardware import GPU
+from autoconfig.core.model import ModelSpec
 from autoconfig.paths import configs_dir
 from autoconfig.units import parse_count
 from autoconfig.yamlio import load_yaml, require_source, sourced_number

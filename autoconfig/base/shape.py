@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 
 from pathlib import Path
 
-from autoconfig.catalog import all_models, get_model, looks_like_path, model_from_yaml
+from autoconfig.core.catalog import all_models, get_model, looks_like_path, model_from_yaml
 from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.heuristics import load_heuristics, sourced_number
-from autoconfig.model import ModelSpec, layer_params, total_params
+from autoconfig.core.model import ModelSpec, layer_params, total_params
 from autoconfig.units import format_count, parse_count
 
 

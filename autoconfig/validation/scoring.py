@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.memory import allocated_bytes, stage_breakdown, usable_bytes
-from autoconfig.model import hardware_flops_per_token
+from autoconfig.training.memory import allocated_bytes, stage_breakdown, usable_bytes
+from autoconfig.core.model import hardware_flops_per_token
 from autoconfig.paths import benchmarks_dir
-from autoconfig.perf import PerfConstants, load_constants, step_time
-from autoconfig.plan import PlanTable, plan_label
-from autoconfig.runs import Run, load_runs, memory_stage_model
+from autoconfig.training.step_time import PerfConstants, load_constants, step_time
+from autoconfig.core.plan import PlanTable, plan_label
+from autoconfig.validation.runs import Run, load_runs, memory_stage_model
 
 TARGET_MAPE_PCT = 10.0
 TARGET_MAPE_S01_PCT = 5.0

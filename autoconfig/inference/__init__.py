@@ -1,0 +1,1 @@
+"""Inference prediction: serving plans, their memory and latency (sibling of training)."""

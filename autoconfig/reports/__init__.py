@@ -1,0 +1,1 @@
+"""Rendering search results for people and other tools (CSV, markdown, YAML)."""

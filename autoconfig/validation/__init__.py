@@ -1,0 +1,1 @@
+"""Scoring the training model against published measured runs."""
