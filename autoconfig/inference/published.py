@@ -88,18 +88,37 @@ def _same_order(table: pd.DataFrame, published: str, predicted: str) -> bool:
         list(table.sort_values(predicted)["point_id"])
 
 
-def format_report(result: ValidationResult) -> str:
-    t = result.table
+def point_rows(t: pd.DataFrame) -> str:
     rows = [(r.point_id, r.model, r.tp, r.pp, r.batch, f"{r.published_latency_ms:.0f}",
              f"{r.predicted_latency_ms:.0f}", f"{r.latency_error_pct:+.1f}%",
              f"{r.published_samples_per_s:.1f}", f"{r.predicted_samples_per_s:.1f}",
              f"{r.throughput_error_pct:+.1f}%") for r in t.itertuples(index=False)]
+    return tabulate(rows, headers=("point", "model", "TP", "PP", "batch", "latency ms", "pred",
+                                   "error", "samples/s", "pred", "error"))
+
+
+def format_report(result: ValidationResult) -> str:
+    t = result.table
     mape_lat = t["latency_error_pct"].abs().mean()
     mape_thr = t["throughput_error_pct"].abs().mean()
     return "\n".join([
-        tabulate(rows, headers=("point", "model", "TP", "PP", "batch", "latency ms", "pred",
-                                "error", "samples/s", "pred", "error")), "",
+        point_rows(t), "",
         f"latency MAPE {mape_lat:.1f}%, throughput MAPE {mape_thr:.1f}% over {len(t)} points",
         f"ordering by latency: {'matches' if result.latency_order_matches else 'DIFFERS'}",
         f"ordering by throughput per GPU: "
         f"{'matches' if result.throughput_order_matches else 'DIFFERS'}"])
+
+
+def matching_points(model_name: str, gpu_name: str, workload: InferenceWorkload,
+                    path: Path | None = None) -> pd.DataFrame:
+    """Published points measured in this exact setting, with their predictions and errors
+    (empty when none)."""
+    points = load_points(path or default_points_path())
+    same = points[(points["model"] == model_name) & (points["gpu"] == gpu_name)
+                  & (points["input_len_tokens"] == workload.input_len_tokens)
+                  & (points["output_len_tokens"] == workload.output_len_tokens)
+                  & (points["precision"] == workload.precision)]
+    if same.empty:
+        return pd.DataFrame()
+    table = validate(path).table
+    return table[table["point_id"].isin(same["point_id"])]

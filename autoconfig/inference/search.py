@@ -149,9 +149,10 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
         if not (keep & ok).any():
             best = table[keep].sort_values(column, ascending=upper).iloc[0]
             unit = "ms" if upper else "tokens/s"
+            what = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "latency_ms": "latency",
+                    "tokens_per_s_total": "throughput"}[column]
             raise InfeasibleError(
-                f"no layout meets {reason.split()[-1]} {bound:g}: the best "
-                f"{column.replace('_ms', '').replace('_', ' ')} achievable is "
+                f"no layout meets {reason.split()[-1]} {bound:g}: the best {what} achievable is "
                 f"{best[column]:.1f} {unit} (tp{best.tp} pp{best.pp} batch {best.batch})")
         rejected[reason] = int((keep & ~ok).sum())
         keep &= ok
