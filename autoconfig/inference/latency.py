@@ -15,10 +15,10 @@ stage, which holds the output layer, is the slowest and sets the pace):
 
 - compute: the four weight GEMMs of each layer of the stage and the output
   layer (2 FLOPs per weight per token: Kaplan et al. 2020, Table 1), timed by
-  the training model's GEMM roofline ``step_time.gemm_time_s`` with M = the
-  micro-batch's tokens (large-GEMM efficiency and size penalty of
-  heuristics/perf.yaml; fp8 weight GEMMs ``fp8_gemm_speedup`` faster, as in
-  training), plus the attention core ``4 * context * h / tp`` per token and
+  the training model's GEMM roofline ``step_time.gemm_time_s`` (large-GEMM
+  efficiency and size penalty of heuristics/perf.yaml, fp8 weight GEMMs
+  ``fp8_gemm_speedup`` faster, as in training) without its 1/M term, which is
+  the weight traffic that ``memory`` below counts explicitly, plus the attention core ``4 * context * h / tp`` per token and
   layer (QK^T and AV; prefill averages the causal context ``s_in / 2``) at the
   large-GEMM efficiency;
 - memory: every weight of the stage once per micro-batch, plus the KV cache
@@ -101,11 +101,12 @@ def _stage_times(model: ModelSpec, workload: InferenceWorkload, plans: Inference
     eff = c.efficiency_max(gpu)
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes)[:, None]
-    layer_gemms = sum(gemm_time_s(flops * tokens, tokens, n, k, peak, eff, ridge,
+    # M = inf: the size penalty's 1/M term is the weight traffic, which ``memory`` counts.
+    layer_gemms = sum(gemm_time_s(flops * tokens, np.inf, n, k, peak, eff, ridge,
                                   c.gemm_size_factor)
                       for flops, n, k in _layer_gemms(model, tp))
     logits_tokens = requests * logits_tokens_per_request
-    logits = gemm_time_s(logits_flops_per_token(model) / tp * logits_tokens, logits_tokens,
+    logits = gemm_time_s(logits_flops_per_token(model) / tp * logits_tokens, np.inf,
                          model.vocab_size / tp, model.hidden_size, peak, eff, ridge,
                          c.gemm_size_factor)
     attention = layers * attention_core_flops_per_token(model, context) / tp * tokens

@@ -132,10 +132,11 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
     limits = limits or Limits()
+    cluster.gpu.peak_tflops(workload.precision)    # InputError: fp8 on a GPU without it
     plans = candidate_table(model, cluster, max_batch)
     table = predict(model, workload, plans, cluster)
     rejected = {}
-    keep = table["fits"].to_numpy()
+    keep = table["fits"].to_numpy(dtype=bool, copy=True)
     if not keep.any():
         need = table["memory_gib"].min()
         raise InfeasibleError(
@@ -155,7 +156,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                 f"no layout meets {reason.split()[-1]} {bound:g}: the best {what} achievable is "
                 f"{best[column]:.1f} {unit} (tp{best.tp} pp{best.pp} batch {best.batch})")
         rejected[reason] = int((keep & ~ok).sum())
-        keep &= ok
+        keep = keep & ok
     kept = rank(table[keep], objective)
     return InferenceSearchResult(model=model, workload=workload, cluster=cluster,
                                  objective=objective, limits=limits,
