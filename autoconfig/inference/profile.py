@@ -59,21 +59,27 @@ class InferProfileOptions:
 
 
 def select(result: InferenceSearchResult, top_k: int, max_ranks: int | None) -> pd.DataFrame:
-    """The predicted best row, then the best row of each other (tp, pp), until top_k;
-    rows are unique by (tp, pp, batch) since one replica is measured."""
+    """The predicted best row, then the best rows whose TP and PP sizes are both new,
+    then whose TP or PP size is new, then a new (tp, pp) pair, until top_k."""
     table = result.table
     if max_ranks is not None:
         table = table[table["gpus_per_replica"] <= max_ranks]
     if table.empty:
         raise InputError(f"nothing to profile: no kept layout has at most {max_ranks} ranks "
                          "per replica (the CPU proxy's limit)")
-    chosen, seen = [], set()
-    for index, row in table.iterrows():
-        if (row.tp, row.pp) not in seen:
-            chosen.append(index)
-            seen.add((row.tp, row.pp))
-        if len(chosen) == top_k:
-            break
+    chosen = []
+    rows = list(table.itertuples())
+    passes = (lambda r, tps, pps, pairs: r.tp not in tps and r.pp not in pps,
+              lambda r, tps, pps, pairs: r.tp not in tps or r.pp not in pps,
+              lambda r, tps, pps, pairs: (r.tp, r.pp) not in pairs)
+    for is_new in passes:
+        for r in rows:
+            if len(chosen) == top_k:
+                break
+            picked = table.loc[chosen]
+            if r.Index not in chosen and (not chosen or is_new(
+                    r, set(picked.tp), set(picked.pp), set(zip(picked.tp, picked.pp)))):
+                chosen.append(r.Index)
     for index in table.index:     # fewer layouts than top_k: other batches
         if len(chosen) == top_k:
             break
@@ -174,13 +180,13 @@ def combine(chosen: pd.DataFrame, specs, records: list[dict]) -> pd.DataFrame:
 
 
 def render(table: pd.DataFrame, device: str) -> str:
-    def fmt(value, digits=1):
+    def fmt(value, digits=4):
         return "" if value is None or (isinstance(value, float) and np.isnan(value)) \
-            else f"{value:.{digits}f}"
+            else f"{value:.{digits}g}"
 
-    rows = [(i + 1, r.tp, r.pp, r.batch, r.run_batch, r.status, fmt(r.measured_ttft_ms, 2),
-             fmt(r.predicted_ttft_ms), fmt(r.measured_tpot_ms, 2), fmt(r.predicted_tpot_ms),
-             fmt(r.measured_latency_ms, 1), fmt(r.predicted_latency_ms, 0), r.predicted_rank,
+    rows = [(i + 1, r.tp, r.pp, r.batch, r.run_batch, r.status, fmt(r.measured_ttft_ms),
+             fmt(r.predicted_ttft_ms), fmt(r.measured_tpot_ms), fmt(r.predicted_tpot_ms),
+             fmt(r.measured_latency_ms), fmt(r.predicted_latency_ms), r.predicted_rank,
              r.error[:60]) for i, r in enumerate(table.itertuples(index=False))]
     note = (" (CPU proxy: measured times are the scaled-down model on this CPU, predictions "
             "are for the real model on the GPU)" if device == "cpu" else "")

@@ -27,10 +27,10 @@ TOP_HEADERS = ("#", "TP", "PP", "batch", "replicas", "TTFT ms", "TPOT ms", "late
 
 
 def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
-    return [(i + 1, r.tp, r.pp, r.batch, r.replicas, f"{r.ttft_ms:.1f}", f"{r.tpot_ms:.2f}",
-             f"{r.latency_ms:.0f}", f"{r.tokens_per_s_per_replica:.1f}",
-             f"{r.tokens_per_s_per_gpu:.2f}", f"{r.tokens_per_s_total:.1f}",
-             f"{r.requests_per_s_total:.2f}", f"{r.memory_gib:.1f}", "*" if r.pareto else "")
+    return [(i + 1, r.tp, r.pp, r.batch, r.replicas, f"{r.ttft_ms:.4g}", f"{r.tpot_ms:.4g}",
+             f"{r.latency_ms:.5g}", f"{r.tokens_per_s_per_replica:.5g}",
+             f"{r.tokens_per_s_per_gpu:.4g}", f"{r.tokens_per_s_total:.5g}",
+             f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "")
             for i, r in enumerate(result.table.head(n).itertuples(index=False))]
 
 
@@ -67,8 +67,8 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
 
 def markdown(result: InferenceSearchResult, top: int) -> str:
     front = result.table[result.table["pareto"]].sort_values("latency_ms")
-    front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.0f}",
-                   f"{r.tokens_per_s_per_gpu:.2f}") for r in front.itertuples(index=False)]
+    front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.5g}",
+                   f"{r.tokens_per_s_per_gpu:.4g}") for r in front.itertuples(index=False)]
     return "\n".join([
         f"# Inference search: {result.model.name}", "", headline(result), "",
         "## Top layouts", "",
