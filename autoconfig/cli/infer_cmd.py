@@ -9,12 +9,14 @@ from pathlib import Path
 
 import click
 
-from autoconfig.cli.search_cmd import DEFAULT_GPU, gpus_per_node_for, model_options, resolve_model
+from autoconfig.cli.options import model_options
 from autoconfig.core import catalog
+from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
+from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
 
 DEFAULT_TOP = 10
 

@@ -19,8 +19,9 @@
   logits of the last token of each request (4 V / t bytes; megatron-core's
   static inference materialises only the last token's logits,
   ``materialize_only_last_token_logits=True``).
-- context: CUDA context, NCCL and framework buffers, ``overhead.context_gib``
-  of heuristics/memory.yaml (shared with training).
+- overhead: allocator fragmentation and the CUDA context, NCCL and framework
+  buffers, ``(factor - 1) * allocated + context`` with megatron-core's
+  ``overhead`` entry of heuristics/memory.yaml (shared with training).
 
 A plan fits when the sum is within the usable HBM of
 ``autoconfig.training.memory.usable_bytes``.
@@ -35,6 +36,9 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.training.memory import load_constants, stage_params, usable_bytes
 
+FRAMEWORK = "megatron-core"
+"""Whose allocator/context overhead of heuristics/memory.yaml applies: megatron-core's
+static inference runs in the same PyTorch caching allocator as its training."""
 ACTIVATION_BYTES = 2
 """bf16 activations (fp8 runs still keep activations in bf16)."""
 LOGITS_BYTES = 4
@@ -48,7 +52,8 @@ class InferenceMemory:
     weights_bytes: np.ndarray
     kv_cache_bytes: np.ndarray
     activation_bytes: np.ndarray
-    context_bytes: np.ndarray
+    overhead_bytes: np.ndarray
+    """Allocator fragmentation and CUDA context/NCCL/framework buffers."""
     total_bytes: np.ndarray
 
 
@@ -67,7 +72,9 @@ def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int):
     """Parameters of the heavier of the first and last stage, over tp, times bytes."""
     tp = np.asarray(tp, dtype=np.int64)
     pp = np.asarray(pp, dtype=np.int64)
-    params = np.maximum(stage_params(model, tp, pp, "first"), stage_params(model, tp, pp, "last"))
+    layers, single = model.num_layers / pp, pp == 1
+    params = np.maximum(stage_params(model, tp, layers, "first", single),
+                        stage_params(model, tp, layers, "last", single))
     return np.asarray(params, dtype=float) * bytes_per_value
 
 
@@ -75,7 +82,7 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
                    prefill_microbatch) -> InferenceMemory:
     """Memory per GPU of every plan; ``prefill_microbatch`` is the requests per
     prefill micro-batch the latency model chose (array, one per plan)."""
-    c = load_constants()
+    fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
     tp = plans.tp.astype(float)
     nbytes = workload.bytes_per_value
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes)
@@ -87,10 +94,11 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     per_token = 2.0 * h + (h + 2.0 * kvh) / tp + up * f / tp
     activations = (tokens * per_token * ACTIVATION_BYTES
                    + plans.batch * model.vocab_size / tp * LOGITS_BYTES)
-    context = np.full(len(plans), c.context_bytes)
+    allocated = weights + kv + activations
+    overhead = allocated * (fragmentation - 1.0) + context_bytes
     return InferenceMemory(weights_bytes=weights, kv_cache_bytes=kv,
-                           activation_bytes=activations, context_bytes=context,
-                           total_bytes=weights + kv + activations + context)
+                           activation_bytes=activations, overhead_bytes=overhead,
+                           total_bytes=allocated + overhead)
 
 
 def fits(memory: InferenceMemory, gpu: GPU) -> np.ndarray:
