@@ -127,6 +127,9 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
                             args=(s.to_json(),)) for s in specs]
     results_dir = Path(out_dir) / PROFILE_SUBDIR
     if options.dry_run:
+        if options.executor == "slurm":
+            for script in launch.render_sbatch(items, lopts, results_dir / "jobs"):
+                echo(script)
         for spec in specs:
             echo(f"# {options.executor}: {spec.plan.label()} on {spec.world_size} rank(s), "
                  f"model {spec.model.name}, input {spec.workload.input_len_tokens}, "
