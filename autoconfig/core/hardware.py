@@ -31,6 +31,10 @@ class GPU:
     """GPUs reachable over NVLink without the scale-out network (72 on NVL72)."""
     internode_bandwidth_gb_per_s: float
     """Scale-out (InfiniBand) bandwidth per GPU, one direction."""
+    generation: str
+    """Architecture generation: picks the step-time constants (heuristics/perf.yaml)."""
+    sm_count: int
+    """Streaming multiprocessors: GEMM tiles run in waves of this many."""
     aliases: tuple[str, ...] = ()
 
     @property

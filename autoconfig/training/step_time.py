@@ -50,9 +50,6 @@ class PerfConstants:
 
     gemm_efficiency_max: dict = field(default_factory=dict)
     """Generation -> large-GEMM fraction of the bf16 dense peak."""
-    generations: dict = field(default_factory=dict)
-    """GPU catalog name -> generation."""
-    default_generation: str = "hopper"
     gemm_size_factor: float = 1.0
     elementwise_traffic_factor: float = 1.0
     fp8_gemm_speedup: float = 1.5
@@ -79,7 +76,7 @@ class PerfConstants:
         return self._per_generation(self.gemm_efficiency_max, "gemm_efficiency_max", gpu)
 
     def attention_efficiency_of(self, gpu: GPU, kernel: str = "fused") -> float:
-        generation = self.generations.get(gpu.name, self.default_generation)
+        generation = gpu.generation
         for name in (kernel, "fused"):
             table = self.attention_efficiency.get(name) or {}
             if generation in table:
@@ -87,10 +84,11 @@ class PerfConstants:
         return self.efficiency_max(gpu)
 
     def _per_generation(self, table: dict, name: str, gpu: GPU) -> float:
-        generation = self.generations.get(gpu.name, self.default_generation)
+        generation = gpu.generation
         if generation not in table:
             raise CatalogError(f"heuristics/perf.yaml: no {name} for generation "
-                               f"{generation!r} (GPU {gpu.name!r})")
+                               f"{generation!r} of GPU {gpu.name!r}: add it there, or set the "
+                               "GPU file's 'generation' to one it has")
         return table[generation]
 
 
@@ -148,8 +146,6 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         attention_efficiency={kernel: {g: float(sourced_number(table, g, path)) for g in table}
                               for kernel, table in attention.items()},
         layer_overhead_s={k: float(sourced_number(overheads, k, path)) for k in overheads},
-        generations={str(k): str(v) for k, v in (data.get("generations") or {}).items()},
-        default_generation=str(data.get("default_generation", "hopper")),
         **{k: float(sourced_number(data, k, path)) for k in scalars})
 
 
