@@ -39,7 +39,16 @@ def gpu_from_yaml(path: Path) -> GPU:
         gpus_per_node=int(numbers["gpus_per_node"]),
         nvlink_domain_gpus=int(numbers["nvlink_domain_gpus"]),
         internode_bandwidth_gb_per_s=float(numbers["internode_bandwidth_gb_per_s"]),
-        aliases=tuple(str(a) for a in data.get("aliases", ())))
+        aliases=tuple(str(a) for a in data.get("aliases", ())),
+        tdp_w=_optional_positive(data, "tdp_w", path),
+        node_power_w=_optional_positive(data, "node_power_w", path))
+
+
+def _optional_positive(data: dict, key: str, path: Path) -> float | None:
+    value = sourced_number(data, key, path, optional=True)
+    if value is not None and value <= 0:
+        raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
+    return None if value is None else float(value)
 
 
 def model_from_yaml(path: Path) -> ModelSpec:
