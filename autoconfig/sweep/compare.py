@@ -78,7 +78,7 @@ def _change(key: str, old: dict, new: dict, threshold: float, either_way: bool) 
         kind = "became infeasible" if ns == "infeasible" else f"now {ns}"
         return SettingChange(key, kind, True, reason=_short(new.get("reason")), **common)
     if os_ != "ok" and ns == "ok":
-        return SettingChange(key, "became feasible", False, **common)
+        return SettingChange(key, "became feasible", either_way, **common)
     if os_ != "ok":
         return SettingChange(key, "still failing", False, reason=_short(new.get("reason")),
                              **common)

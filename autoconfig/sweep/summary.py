@@ -79,13 +79,13 @@ def render_markdown(df: pd.DataFrame, name: str, manifest: dict, plots=()) -> st
              "was profiled (CPU proxy figures are not GPU figures)", ""]
     rows = []
     for r in df.itertuples(index=False):
-        rows.append([r.model, r.gpu, r.nodes, r.precision, r.mode, r.status, r.best_plan or "",
+        rows.append([r.model, r.gpu, r.nodes, r.precision, r.mode, r.status, _s(r.best_plan),
                      _fmt(r.predicted_tokens_per_s_per_gpu, ",.0f"),
                      _fmt(r.measured_tokens_per_s_per_gpu, ",.4g"),
                      _fmt(r.predicted_step_time_s, ".4g"),
                      _fmt(None if r.predicted_mfu is None else 100 * r.predicted_mfu, ".1f"),
-                     _fmt(r.predicted_memory_gib, ".1f"), r.runner_up_plan or "",
-                     (r.reason or "")[:80]])
+                     _fmt(r.predicted_memory_gib, ".1f"), _s(r.runner_up_plan),
+                     _s(r.reason)[:80]])
     lines.append(tabulate(rows, headers=("model", "gpu", "nodes", "prec", "mode", "status",
                                          "best plan", "pred tok/s/GPU", "meas tok/s/GPU",
                                          "pred step s", "MFU %", "GiB/GPU", "runner-up",
@@ -146,6 +146,10 @@ def _fmt(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return ""
     return format(value, spec)
+
+
+def _s(value) -> str:
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def _one_line(text: str) -> str:
