@@ -75,7 +75,8 @@ _COST_HEADERS = ("cost USD", "MWh", "t CO2", "mark")
 
 def markdown(cells, title: str, notes: list[str], costs=None, plots=()) -> str:
     headers = _HEADERS + (_COST_HEADERS if costs else ())
-    body = tabulate(_shown(cells, costs), headers=headers, tablefmt="github")
+    body = tabulate(_shown(cells, costs), headers=headers, tablefmt="github",
+                    disable_numparse=True)
     lines = [f"# {title}", "", *[f"- {n}" for n in notes], "", body, ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines + ([""] if plots else []))
