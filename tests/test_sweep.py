@@ -176,3 +176,12 @@ def test_progress_bar_is_quiet_when_not_a_tty():
     with Progress(2, "x", stream=tty) as bar:
         bar.advance("a")
     assert "1/2" in tty.getvalue()
+
+
+def test_a_token_budget_gives_days_to_train(tmp_path):
+    from autoconfig.sweep.summary import sweep_table
+    spec = parse_sweep({"tokens": "1t", "matrix": {"model": ["llama3-8b"], "gpu": ["h100"],
+                                                    "nodes": [8]}})
+    row = sweep_table(run_sweep(spec, tmp_path), spec.tokens).iloc[0]
+    assert row.train_days == pytest.approx(
+        1e12 / (row.predicted_tokens_per_s_per_gpu * row.gpus) / 86400)

@@ -125,13 +125,27 @@ def capacity_plots(df, out_dir: Path, title: str = "") -> list[Path]:
 
 def sweep_plots(df, out_dir: Path) -> list[Path]:
     """Predicted (and measured) tokens/s per GPU vs node count, one panel per
-    model, one line per GPU type. ``df`` is the sweep CSV's table."""
+    model, one line per GPU type; below it the days to train the sweep's
+    ``tokens`` when the sweep file gives them. ``df`` is the sweep CSV's table."""
     plt = _pyplot()
     ok = df[df["status"] == "ok"]
     if ok.empty:
         return []
     models = list(dict.fromkeys(ok["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.8), squeeze=False)
+    days = "train_days" in ok.columns and ok["train_days"].notna().any()
+    fig, axes = plt.subplots(2 if days else 1, len(models),
+                             figsize=(4 * len(models), 7.2 if days else 3.8), squeeze=False)
+    if days:
+        for ax, model in zip(axes[1], models):
+            sub = ok[ok["model"] == model]
+            for (gpu, precision), group in sub.groupby(["gpu", "precision"], sort=False):
+                group = group.groupby("nodes", as_index=False).min(numeric_only=True)
+                ax.plot(group["nodes"], group["train_days"], marker="o",
+                        label=f"{gpu} {precision}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("nodes")
+            ax.set_ylabel("days to train the sweep's tokens")
+            ax.legend(fontsize=7)
     for ax, model in zip(axes[0], models):
         sub = ok[ok["model"] == model]
         for (gpu, precision), group in sub.groupby(["gpu", "precision"], sort=False):

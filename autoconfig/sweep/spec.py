@@ -15,6 +15,7 @@ matrix:                       # every combination of these lists is one setting
   mode: [predict]             # predict, or profile (short real runs)
 settings: []                  # optional extra settings, each a mapping of the keys above
 gpus_per_node: auto           # optional, for every setting
+tokens: 1t                    # optional token budget: sweep.csv then gives train_days
 profile: {device: cpu, executor: local, top_k: 2, max_steps: 2, warmup_steps: 1}
 ```
 
