@@ -9,7 +9,8 @@ import click
 from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import InputError
 from autoconfig.training.space import SWITCH_MODES
-from autoconfig.training.stack import DEFAULT_STACK, GRAD_REDUCE_DTYPES, resolve_software
+from autoconfig.training.stack import (DEFAULT_STACK, FSDP_SHARDING, GRAD_REDUCE_DTYPES,
+                                       resolve_software)
 
 
 class ListOrAuto(click.ParamType):
@@ -114,6 +115,10 @@ def stack_options(func):
                      default=None, help="Override: dtype of the gradient reduction."),
         click.option("--fused-attention/--no-fused-attention", default=None,
                      help="Override: fused (flash) attention."),
+        click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
+                     help="Override: pipeline sends split over the TP ranks."),
+        click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
+                     help="Override for FSDP stacks: full-shard or shard-grad-op."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -121,7 +126,8 @@ def stack_options(func):
 
 
 STACK_OPTION_NAMES = ("stack", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-                      "grad_reduce_dtype", "fused_attention")
+                      "grad_reduce_dtype", "fused_attention", "p2p_scatter_gather",
+                      "fsdp_sharding")
 
 
 def pop_software(options: dict, default_stack: str | None = None):
