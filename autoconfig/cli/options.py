@@ -98,6 +98,28 @@ def narrowing_options(func):
     return func
 
 
+def architecture_options(func):
+    """--mlp --norm --positions --tied-embeddings --bias --dropout: architecture
+    details of the model (``autoconfig.core.catalog.with_architecture``)."""
+    options = [
+        click.option("--mlp", type=click.Choice(("gelu", "swiglu")), default=None,
+                     help="MLP kind (default: the model's)."),
+        click.option("--norm", type=click.Choice(("layernorm", "rmsnorm")), default=None,
+                     help="Normalisation (default: the model's)."),
+        click.option("--positions", type=click.Choice(("learned", "rope")), default=None,
+                     help="Position embedding: learned table or rotary/ALiBi (no parameters)."),
+        click.option("--tied-embeddings/--untied-embeddings", "tied_embeddings", default=None,
+                     help="Output layer shares the word embeddings (default: the model's)."),
+        click.option("--bias/--no-bias", default=None,
+                     help="Linear layers have biases (default: the model's)."),
+        click.option("--dropout", type=float, default=None,
+                     help="Hidden and attention dropout (default: the model's)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def stack_options(func):
     """--stack and the single-feature overrides (``autoconfig.training.stack``)."""
     options = [

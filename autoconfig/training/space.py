@@ -43,7 +43,8 @@ from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
-                                  Workload, stage_layer_columns, stage_layers)
+                                  Workload, counts_embedding_and_loss,
+                                  stage_layer_columns, stage_layers)
 
 SWITCH_MODES = ("auto", "on", "off")
 CP_MIN_AUTO_SEQ_LEN = 4096
@@ -168,6 +169,16 @@ def stage_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
     return splits
 
 
+def default_split(num_layers: int, pp: int) -> tuple[int, int]:
+    """The split ``estimate`` uses for a pp that does not divide the layers and
+    no split given: the first of ``stage_splits`` (InputError when none)."""
+    splits = [s for s in stage_splits(num_layers, pp) if s != (0, 0)]
+    if not splits:
+        raise InputError(f"invalid pp {pp}: cannot split the {num_layers} layers into {pp} "
+                         "stages")
+    return splits[0]
+
+
 def pp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[int]:
     """pp must split the layers, evenly or unevenly (``stage_splits``)."""
     if choices.pp is None:
@@ -222,6 +233,8 @@ def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.nd
                 vps = sorted(set(choices.vp))
             elif p == 1:
                 vps = [1]
+            elif counts_embedding_and_loss(model.num_layers, p, first, last):
+                vps = divisors((model.num_layers + 2) // p)
             else:
                 vps = [v for v in divisors(layers[1]) if layers[0] % v == 0
                        and layers[2] % v == 0]
@@ -260,8 +273,11 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
     return [
         (R_DP, (num_gpus % model_parallel != 0) | (model_parallel > num_gpus)),
         (R_VP_PP, (vp > 1) & (pp == 1)),
-        (R_VP_LAYERS, (stages["first"] % vp != 0) | (stages["middle"] % vp != 0)
-         | (stages["last"] % vp != 0)),
+        (R_VP_LAYERS, ((stages["first"] % vp != 0) | (stages["middle"] % vp != 0)
+                       | (stages["last"] % vp != 0))
+         & ~(counts_embedding_and_loss(model.num_layers, pp, cols.get("first_stage_layers", 0),
+                                       cols.get("last_stage_layers", 0))
+             & ((model.num_layers + 2) % (pp * vp) == 0))),
         (R_SP_TP, sp & (tp == 1)),
         (R_SP_SEQ, sp & ((workload.seq_len // cp) % tp != 0)),
         (R_GBS, workload.global_batch_size % (mbs * dp) != 0),

@@ -79,7 +79,8 @@ from autoconfig.core.model import ModelSpec, hardware_flops_per_token
 from autoconfig.core.plan import Plan, Workload, stage_layers
 from autoconfig.paths import benchmarks_dir
 from autoconfig.training.space import stage_splits
-from autoconfig.training.stack import SoftwareFeatures, load_stack, with_overrides
+from autoconfig.training.stack import (FSDP_SHARDING, SoftwareFeatures, load_stack,
+                                       with_overrides)
 from autoconfig.yamlio import load_yaml
 
 MEASURES = ("step_time_s", "hardware_tflops_per_gpu", "tokens_per_s_per_gpu")
@@ -463,3 +464,51 @@ def _measured(row: dict, settings: dict) -> tuple[str, float | None]:
     measure = settings["measure"]
     column = {"hardware_tflops_per_gpu": "tflops_per_gpu"}.get(measure, measure)
     return measure, _num(row.get(column))
+
+
+def estimate_args(run: Run) -> list[str]:
+    """The ``autoconfig estimate`` arguments that describe this run as a user
+    would: inline shape and architecture, cluster, plan, stack and every feature
+    the run sets apart from its stack. ``estimate`` with them computes what
+    ``validate`` scores (tests/test_estimate_parity.py checks every row)."""
+    m, plan, w, c = run.model, run.plan, run.workload, run.cluster
+    catalog_gpu = get_gpu(c.gpu.name)
+    args = ["--layers", m.num_layers, "--hidden", m.hidden_size, "--heads", m.num_heads,
+            "--kv-heads", m.num_kv_heads, "--ffn", m.ffn_hidden_size, "--vocab", m.vocab_size,
+            "--mlp", m.mlp_kind, "--norm", m.norm_kind, "--positions", m.position_embedding,
+            "--tied-embeddings" if m.tied_embeddings else "--untied-embeddings",
+            "--bias" if m.has_bias else "--no-bias", "--dropout", m.hidden_dropout,
+            "--gpu", c.gpu.name, "--gpus", c.num_gpus, "--gpus-per-node", c.gpus_per_node,
+            "--tp", plan.tp, "--pp", plan.pp, "--vp", plan.vp, "--cp", plan.cp,
+            "--mbs", plan.mbs, "--gbs", w.global_batch_size, "--seq-len", w.seq_len,
+            "--recompute", plan.recompute, "--precision", w.precision,
+            "--memory-recipe", run.memory_recipe, "--stack", run.stack,
+            "--sp" if plan.sp else "--no-sp",
+            "--distributed-optimizer" if plan.distributed_optimizer
+            else "--no-distributed-optimizer",
+            "--first-stage-layers", plan.first_stage_layers,
+            "--last-stage-layers", plan.last_stage_layers]
+    if plan.recompute == "full":
+        args += ["--recompute-method", plan.recompute_method,
+                 "--recompute-num-layers", plan.recompute_num_layers]
+    if c.gpu.internode_bandwidth_gb_per_s != catalog_gpu.internode_bandwidth_gb_per_s:
+        args += ["--internode-gb-per-s", c.gpu.internode_bandwidth_gb_per_s]
+    args += _feature_args(load_stack(run.stack).features, run.software)
+    return [str(a) for a in args]
+
+
+def _feature_args(stack: SoftwareFeatures, run: SoftwareFeatures) -> list:
+    """Override flags for the features where the run differs from its stack."""
+    flags = {"tp_comm_overlap": "tp-comm-overlap", "overlap_grad_reduce": "overlap-grad-reduce",
+             "overlap_param_gather": "overlap-param-gather",
+             "flash_attention": "fused-attention", "p2p_scatter_gather": "p2p-scatter-gather"}
+    args: list = []
+    for name, flag in flags.items():
+        if getattr(run, name) != getattr(stack, name):
+            args.append(f"--{flag}" if getattr(run, name) else f"--no-{flag}")
+    if run.grad_reduce_bytes != stack.grad_reduce_bytes:
+        args += ["--grad-reduce-dtype", "fp32" if run.grad_reduce_bytes == 4 else "fp16"]
+    if run.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
+        sharding = {v: k for k, v in FSDP_SHARDING.items()}[run.param_gathers_per_microbatch]
+        args += ["--fsdp-sharding", sharding]
+    return args
