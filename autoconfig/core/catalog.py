@@ -42,7 +42,9 @@ def gpu_from_yaml(path: Path) -> GPU:
         internode_bandwidth_gb_per_s=float(numbers["internode_bandwidth_gb_per_s"]),
         aliases=tuple(str(a) for a in data.get("aliases", ())),
         generation=_generation(data, path),
-        sm_count=int(sourced_number(data, "sm_count", path)))
+        sm_count=int(sourced_number(data, "sm_count", path)),
+        tdp_w=_optional_positive(data, "tdp_w", path),
+        node_power_w=_optional_positive(data, "node_power_w", path))
 
 
 def _generation(data: dict, path: Path) -> str:
@@ -54,6 +56,13 @@ def _generation(data: dict, path: Path) -> str:
                            "hopper; it picks the constants of heuristics/perf.yaml)")
     value, _ = sourced_field(data, "generation", path)
     return str(value)
+
+
+def _optional_positive(data: dict, key: str, path: Path) -> float | None:
+    value = sourced_number(data, key, path, optional=True)
+    if value is not None and value <= 0:
+        raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
+    return None if value is None else float(value)
 
 
 def model_from_yaml(path: Path) -> ModelSpec:

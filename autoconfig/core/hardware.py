@@ -36,6 +36,12 @@ class GPU:
     sm_count: int
     """Streaming multiprocessors: GEMM tiles run in waves of this many."""
     aliases: tuple[str, ...] = ()
+    tdp_w: float | None = None
+    """Board power (maximum thermal design power) of one GPU in watts, from the
+    datasheet; ``None`` for a user's GPU file without it."""
+    node_power_w: float | None = None
+    """Maximum power of the whole usual node (GPUs, CPUs, NICs, fans) in watts,
+    from the system datasheet; ``None`` where none is published."""
 
     @property
     def hbm_capacity_bytes(self) -> float:
