@@ -22,6 +22,7 @@ from autoconfig.validation.runs import Run, load_runs
 TARGET_MAPE_PCT = 10.0
 TARGET_MAPE_S01_PCT = 5.0
 TARGET_SPEARMAN = 0.8
+TARGET_HELD_OUT_MAPE_PCT = 9.0
 MIN_GROUP = 2
 
 
@@ -232,6 +233,72 @@ def validate(path: Path | None = None, constants: PerfConstants | None = None,
                             memory=tuple(evaluate_memory(runs)))
 
 
+def weighted_spearman(groups) -> float:
+    """Size-weighted mean rho over the groups of 3 or more rows (nan if none)."""
+    big = [g for g in groups if np.isfinite(g.spearman) and len(g.record_ids) >= 3]
+    if not big:
+        return float("nan")
+    return float(np.average([g.spearman for g in big],
+                            weights=[len(g.record_ids) for g in big]))
+
+
+def held_out_groups(report: ValidationReport, predictions: dict) -> list[GroupResult]:
+    """Spearman per group with every row predicted with its source left out."""
+    from dataclasses import replace
+    rows = [replace(r, predicted_step_s=predictions.get(r.run.record_id, r.predicted_step_s))
+            for r in report.ranking_rows]
+    return rank_groups(rows)
+
+
+def targets(report: ValidationReport, stored: dict | None) -> list[tuple[str, float, str, bool]]:
+    """(name, value, target, met) for every headline target."""
+    out = [("throughput MAPE overall, in-sample", report.mape, f"<= {TARGET_MAPE_PCT:g}%",
+            report.mape <= TARGET_MAPE_PCT)]
+    s01 = report.mape_by_source().get("S01")
+    if s01 is not None:
+        out.append(("throughput MAPE S01, in-sample", s01, f"<= {TARGET_MAPE_S01_PCT:g}%",
+                    s01 <= TARGET_MAPE_S01_PCT))
+    rho = weighted_spearman(report.groups)
+    out.append(("within-group Spearman (weighted), in-sample", rho, f">= {TARGET_SPEARMAN:g}",
+                bool(rho >= TARGET_SPEARMAN)))
+    if stored is None:
+        out.append(("leave-one-source-out figures", float("nan"), "current", False))
+        return out
+    held = stored["held_out_overall_pct"]
+    out.append(("throughput MAPE overall, leave-one-source-out", held,
+                f"<= {TARGET_HELD_OUT_MAPE_PCT:g}%", held <= TARGET_HELD_OUT_MAPE_PCT))
+    rho = stored["held_out_spearman_weighted"]
+    out.append(("within-group Spearman (weighted), leave-one-source-out", rho,
+                f">= {TARGET_SPEARMAN:g}", bool(rho >= TARGET_SPEARMAN)))
+    return out
+
+
+def format_cross_validation(stored: dict | None, why: str) -> list[str]:
+    if stored is None:
+        return [f"Leave-one-source-out: {why}; run `autoconfig validate --cross-validate` "
+                "(refits the constants once per source, a few minutes)"]
+    lines = [f"Leave-one-source-out cross-validation ({stored['fitted_constants']} fitted "
+             "constants, refit without each source, then that source predicted):",
+             "  source  rows  in-sample  held out"]
+    for source in sorted(stored["held_out_pct"]):
+        lines.append(f"  {source:6s} {stored['rows'][source]:5d}  {stored['in_sample_pct'][source]:8.1f}%"
+                     f"  {stored['held_out_pct'][source]:7.1f}%")
+    lines.append(f"  overall {sum(stored['rows'].values()):4d}  {stored['in_sample_overall_pct']:8.1f}%"
+                 f"  {stored['held_out_overall_pct']:7.1f}%")
+    lines.append(f"  within-group Spearman (weighted), held out: "
+                 f"{stored['held_out_spearman_weighted']:.2f}")
+    return lines
+
+
+def format_targets(rows) -> list[str]:
+    lines = ["Targets:"]
+    for name, value, target, met in rows:
+        shown = "n/a" if not np.isfinite(value) else (
+            f"{value:.2f}" if "Spearman" in name else f"{value:.1f}%")
+        lines.append(f"  {'met   ' if met else 'MISSED'}  {name}: {shown} (target {target})")
+    return lines
+
+
 def _plan_text(run: Run) -> str:
     return plan_label(run.plan) + (" fp8" if run.workload.precision == "fp8" else "")
 
@@ -267,10 +334,8 @@ def format_report(report: ValidationReport, show_rows: bool = True) -> str:
         lines.append(f"  mean rho over {len(rhos)} groups: {np.mean(rhos):.2f}")
     big = [g for g in report.groups if np.isfinite(g.spearman) and len(g.record_ids) >= 3]
     if big:
-        weights = np.array([len(g.record_ids) for g in big], float)
-        mean = float(np.average([g.spearman for g in big], weights=weights))
         lines.append(f"  mean rho over {len(big)} groups of 3 or more rows "
-                     f"(weighted by size): {mean:.2f}")
+                     f"(weighted by size): {weighted_spearman(report.groups):.2f}")
     lines.append("")
     if not report.memory:
         lines.append("Memory: no usable rows with measured memory")
