@@ -43,8 +43,6 @@ def environment(spec: LaunchSpec) -> list[tuple[str, str, str]]:
                     "leave SMs for the userbuffers TP overlap (Transformer Engine)"))
         env.append(("NVTE_BWD_LAYERNORM_SM_MARGIN", "16",
                     "leave SMs for the userbuffers TP overlap (Transformer Engine)"))
-    env.append(("TORCH_NCCL_AVOID_RECORD_STREAMS", "1",
-                "free NCCL buffers without record_stream (PyTorch; Megatron examples set it)"))
     return env
 
 
@@ -70,7 +68,9 @@ def render_sbatch(spec: LaunchSpec, program: list[str] | None = None,
     megatron = program is None
     head = ["#!/bin/bash"] + _directives(spec, spec.slurm.time_limit_min)
     head += [f"# {line}" for line in spec.describe()]
-    head += ["# Submit: sbatch launch.sbatch  (MOCK_DATA=1 sbatch launch.sbatch: synthetic data)",
+    head += (["# Submit: sbatch launch.sbatch  (MOCK_DATA=1 sbatch launch.sbatch: synthetic data)"]
+             if megatron else [f"# Runs: {' '.join(program)} on every task"])
+    head += [
              "# Set DATA_PATH (and VOCAB_FILE/MERGE_FILE for GPT-2 BPE), CHECKPOINT_DIR, LOG_DIR,",
              f"# MEGATRON_LM (a Megatron-LM checkout, default {MEGATRON_LM_DEFAULT}) and",
              "# CONTAINER_IMAGE (pyxis/enroot image; empty: run on the host).",
