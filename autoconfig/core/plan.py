@@ -204,6 +204,36 @@ def stage_layers(num_layers: int, plan: Plan) -> tuple[int, ...]:
     return (first or middle,) + (middle,) * (pp - 2) + (last or middle,)
 
 
+def stage_layer_columns(num_layers: int, pp, first, last) -> dict:
+    """Vectorised ``stage_layers``: transformer layers of the ``first``, a
+    ``middle`` and the ``last`` pipeline stage per plan (float arrays; with
+    pp = 1 all three are the one stage, with pp = 2 the middle is unused and
+    equals the first). Rows whose split is invalid get a non-integral middle;
+    ``autoconfig.training.space`` rejects them."""
+    pp = np.asarray(pp, dtype=float)
+    first = np.asarray(first, dtype=float)
+    last = np.asarray(last, dtype=float)
+    explicit = (first > 0).astype(float) + (last > 0).astype(float)
+    middle_stages = np.maximum(pp - explicit, 1.0)
+    middle = np.where(pp - explicit > 0, (num_layers - first - last) / middle_stages,
+                      np.where(first > 0, first, num_layers / pp))
+    single = pp == 1
+    return {"first": np.where(single, num_layers, np.where(first > 0, first, middle)),
+            "middle": np.where(single | (pp == 2), np.where(first > 0, first, middle), middle),
+            "last": np.where(single, num_layers, np.where(last > 0, last, middle))}
+
+
+def counts_embedding_and_loss(num_layers: int, pp, first, last):
+    """Whether a split is the one Megatron's --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split make: the embedding and the loss each
+    count as one layer, so first = last = (L + 2)/pp - 1 (vectorised). With virtual
+    stages Megatron then needs (L + 2) divisible by pp x vp, not each stage's layers."""
+    pp = np.asarray(pp)
+    edge = (num_layers + 2) // np.maximum(pp, 1) - 1
+    return ((pp > 2) & ((num_layers + 2) % np.maximum(pp, 1) == 0)
+            & (np.asarray(first) == edge) & (np.asarray(last) == edge) & (edge >= 1))
+
+
 def recompute_label(recompute: str, method: str, num_layers: int) -> str:
     """'none', 'selective' or 'full/uniform/1' (method and layers only for full)."""
     if recompute != "full":

@@ -90,8 +90,7 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     space = enumerate_plans(model, workload, cluster, choices)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(workload, cluster, space))
-    mem = memory.memory_breakdown(model, workload, space.plans, cluster.gpu,
-                                  flash_attention=software.flash_attention)
+    mem = memory.memory_breakdown(model, workload, space.plans, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     if not fit.any():
         raise InfeasibleError(_nothing_fits_message(model, workload, cluster, choices, space, mem,
@@ -111,11 +110,11 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
 
 
 def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable,
-             software: SoftwareFeatures | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+             software: SoftwareFeatures | None = None,
+             recipe: str | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Predictions for given (valid) plans, unranked: the table and fits."""
     software = software or load_stack(None).features
-    mem = memory.memory_breakdown(model, workload, plans, cluster.gpu,
-                                  flash_attention=software.flash_attention)
+    mem = memory.memory_breakdown(model, workload, plans, software=software, recipe=recipe)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     times = perf.step_time(model, workload, plans, cluster, software=software)
     return _table(plans, workload, mem, times), fit
@@ -209,8 +208,7 @@ def _leanest(model, workload, cluster, choices, software) -> Plan | None:
         return None
     if len(space.plans) == 0:
         return None
-    mem = memory.memory_breakdown(model, workload, space.plans, cluster.gpu,
-                                  flash_attention=software.flash_attention)
+    mem = memory.memory_breakdown(model, workload, space.plans, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     if not fit.any():
         return None
