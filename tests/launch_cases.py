@@ -43,6 +43,12 @@ CASES = {
                                       Plan(tp=8, pp=8, dp=32, sp=True, mbs=1,
                                            distributed_optimizer=True, first_stage_layers=14),
                                       "megatron-lm"),
+    "llama3-405b-bf16-embedding-split-vp": ("llama3-405b", "h100-80gb", 256, 2048, 8192,
+                                            "bf16",
+                                            Plan(tp=8, pp=8, dp=32, vp=2, sp=True, mbs=1,
+                                                 distributed_optimizer=True,
+                                                 first_stage_layers=15, last_stage_layers=15),
+                                            "nemo"),
 }
 
 

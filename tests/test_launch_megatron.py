@@ -102,8 +102,13 @@ def test_args_parse_and_match_the_plan(name, data):
     assert (ns.num_virtual_stages_per_pipeline_rank or 1) == p.vp
     assert ns.num_layers_per_virtual_pipeline_stage is None
     assert ns.sequence_parallel == p.sp
-    assert (ns.decoder_first_pipeline_num_layers or 0) == p.first_stage_layers
-    assert (ns.decoder_last_pipeline_num_layers or 0) == p.last_stage_layers
+    if spec.embedding_and_loss_split:
+        assert ns.account_for_embedding_in_pipeline_split and ns.account_for_loss_in_pipeline_split
+        assert ns.decoder_first_pipeline_num_layers is None
+        assert (m.num_layers + 2) // p.pp - 1 == p.first_stage_layers == p.last_stage_layers
+    else:
+        assert (ns.decoder_first_pipeline_num_layers or 0) == p.first_stage_layers
+        assert (ns.decoder_last_pipeline_num_layers or 0) == p.last_stage_layers
     assert ns.recompute_granularity == (None if p.recompute == "none" else p.recompute)
     if p.recompute == "full":
         assert ns.recompute_method == p.recompute_method
@@ -220,5 +225,7 @@ def test_megatron_core_transformer_config_accepts_the_args(name):
     assert config.recompute_granularity == (None if p.recompute == "none" else p.recompute)
     assert (config.fp8 is not None) == (spec.workload.precision == "fp8")
     assert config.init_method_std == pytest.approx(spec.base.init_method_std, rel=1e-5)
-    if p.first_stage_layers:
+    if spec.embedding_and_loss_split:
+        assert config.account_for_embedding_in_pipeline_split
+    elif p.first_stage_layers:
         assert config.num_layers_in_first_pipeline_stage == p.first_stage_layers

@@ -120,7 +120,9 @@ def test_nemo1_overrides_compose_and_match(name):
     assert (model["virtual_pipeline_model_parallel_size"] or 1) == p.vp
     assert model["activations_checkpoint_granularity"] == (None if p.recompute == "none"
                                                            else p.recompute)
-    if p.first_stage_layers:
+    if spec.embedding_and_loss_split:
+        assert model["account_for_embedding_in_pipeline_split"] is True
+    elif p.first_stage_layers:
         assert model["num_layers_in_first_pipeline_stage"] == p.first_stage_layers
     # Transformer Engine where fp8 or CP needs it (always, here)
     assert model["transformer_engine"] is True
@@ -226,7 +228,10 @@ def test_bridge_recipe_values_match(name, monkeypatch):
             cfg.model.context_parallel_size, cfg.model.sequence_parallel) == \
         (p.tp, p.pp, p.cp, p.sp)
     assert (cfg.model.virtual_pipeline_model_parallel_size or 1) == p.vp
-    assert (cfg.model.num_layers_in_first_pipeline_stage or 0) == p.first_stage_layers
+    if spec.embedding_and_loss_split:
+        assert cfg.model.account_for_embedding_in_pipeline_split is True
+    else:
+        assert (cfg.model.num_layers_in_first_pipeline_stage or 0) == p.first_stage_layers
     assert (cfg.train.global_batch_size, cfg.train.micro_batch_size) == \
         (w.global_batch_size, p.mbs)
     assert cfg.train.train_iters == spec.train_iters

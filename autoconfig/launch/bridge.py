@@ -51,8 +51,14 @@ def assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
         ("model.tensor_model_parallel_size", p.tp),
         ("model.pipeline_model_parallel_size", p.pp),
         ("model.virtual_pipeline_model_parallel_size", p.vp if p.vp > 1 else None),
-        ("model.num_layers_in_first_pipeline_stage", p.first_stage_layers or None),
-        ("model.num_layers_in_last_pipeline_stage", p.last_stage_layers or None),
+    ]
+    if spec.embedding_and_loss_split:
+        out += [("model.account_for_embedding_in_pipeline_split", True),
+                ("model.account_for_loss_in_pipeline_split", True)]
+    else:
+        out += [("model.num_layers_in_first_pipeline_stage", p.first_stage_layers or None),
+                ("model.num_layers_in_last_pipeline_stage", p.last_stage_layers or None)]
+    out += [
         ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
         ("model.recompute_granularity", None if p.recompute == "none" else p.recompute),
         ("model.recompute_method", p.recompute_method if p.recompute == "full" else None),

@@ -64,10 +64,16 @@ def parallel_args(spec: LaunchSpec) -> list[str]:
         # --num-virtual-stages-per-pipeline-rank (not --num-layers-per-virtual-pipeline-stage):
         # the only VP form Megatron accepts together with an uneven first/last stage.
         args += ["--num-virtual-stages-per-pipeline-rank", str(plan.vp)]
-    if plan.pp > 1 and plan.first_stage_layers:
-        args += ["--decoder-first-pipeline-num-layers", str(plan.first_stage_layers)]
-    if plan.pp > 1 and plan.last_stage_layers:
-        args += ["--decoder-last-pipeline-num-layers", str(plan.last_stage_layers)]
+    if spec.embedding_and_loss_split:
+        # first = last = (L + 2)/pp - 1: Megatron's own form of this split, the one it
+        # accepts with virtual stages when (L + 2) divides by pp x vp
+        args += ["--account-for-embedding-in-pipeline-split",
+                 "--account-for-loss-in-pipeline-split"]
+    else:
+        if plan.pp > 1 and plan.first_stage_layers:
+            args += ["--decoder-first-pipeline-num-layers", str(plan.first_stage_layers)]
+        if plan.pp > 1 and plan.last_stage_layers:
+            args += ["--decoder-last-pipeline-num-layers", str(plan.last_stage_layers)]
     if plan.cp > 1:
         args += ["--context-parallel-size", str(plan.cp)]
     if plan.sp:

@@ -19,6 +19,7 @@ ADDED_KEYS = frozenset({
     "model.optim.overlap_grad_sync", "model.optim.overlap_param_sync",
     "model.optim.grad_sync_dtype", "model.num_layers_in_first_pipeline_stage",
     "model.num_layers_in_last_pipeline_stage", "model.fp8_recipe",
+    "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
 })
 NEMO_TOKENIZERS = {
     # Megatron tokenizer type -> (library, type) of NeMo's tokenizer section.
@@ -67,10 +68,14 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     }
     if m.position_embedding == "rope":
         o["model.rotary_base"] = spec.family.rotary_base
-    if p.pp > 1 and p.first_stage_layers:
-        o["model.num_layers_in_first_pipeline_stage"] = p.first_stage_layers
-    if p.pp > 1 and p.last_stage_layers:
-        o["model.num_layers_in_last_pipeline_stage"] = p.last_stage_layers
+    if spec.embedding_and_loss_split:
+        o["model.account_for_embedding_in_pipeline_split"] = True
+        o["model.account_for_loss_in_pipeline_split"] = True
+    else:
+        if p.pp > 1 and p.first_stage_layers:
+            o["model.num_layers_in_first_pipeline_stage"] = p.first_stage_layers
+        if p.pp > 1 and p.last_stage_layers:
+            o["model.num_layers_in_last_pipeline_stage"] = p.last_stage_layers
     if p.recompute == "none":
         o["model.activations_checkpoint_granularity"] = None
     elif p.recompute == "selective":

@@ -15,7 +15,7 @@ from functools import lru_cache
 from autoconfig.base.config import BaseConfig, base_for_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
-from autoconfig.core.plan import Plan, Workload, stage_layers
+from autoconfig.core.plan import Plan, Workload, counts_embedding_and_loss, stage_layers
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import load_heuristics
 from autoconfig.training.stack import SoftwareFeatures, grad_reduce_dtype
@@ -121,6 +121,14 @@ class LaunchSpec:
     @property
     def stage_layers(self) -> tuple[int, ...]:
         return stage_layers(self.model.num_layers, self.plan)
+
+    @property
+    def embedding_and_loss_split(self) -> bool:
+        """The plan's split is the one that counts the embedding and the loss as one
+        layer each (Megatron --account-for-embedding/loss-in-pipeline-split)."""
+        p = self.plan
+        return bool(p.first_stage_layers and p.last_stage_layers and counts_embedding_and_loss(
+            self.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers))
 
     @property
     def recompute_num_layers(self) -> int:
