@@ -133,3 +133,30 @@ def test_sbatch_template_runs_two_ranks_on_slurm(slurm, tmp_path):
     assert record["world_size"] == 2 and record["device"] == "cpu"
     assert not (results / "result-rank1.json").exists()   # rank 1 finished without failure
     print(f"sbatch --wait of 2 ranks: {elapsed:.1f} s")
+
+
+@pytest.mark.parametrize("data", ["mock", "real"])
+def test_sourced_arguments_are_the_rendered_ones(data, tmp_path):
+    """bash reads megatron_args.sh into exactly megatron_args(spec) (placeholders expanded)."""
+    from autoconfig.launch.megatron_lm import megatron_args
+    spec = case_spec("gpt3-175b-bf16-vp-selective")
+    script = tmp_path / "megatron_args.sh"
+    script.write_text(megatron_args_script(spec))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DATA_PATH": "/d/text",
+           "VOCAB_FILE": "/d/vocab.json", "MERGE_FILE": "/d/merges.txt",
+           "CHECKPOINT_DIR": "/ck", "LOG_DIR": "/logs", "MOCK_DATA": "1" if data == "mock" else "0"}
+    proc = subprocess.run(["bash", "-c", f'source {script} && printf "%s\\n" "${{MEGATRON_ARGS[@]}}"'],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    expected = [a.replace("$DATA_PATH", "/d/text").replace("$VOCAB_FILE", "/d/vocab.json")
+                .replace("$MERGE_FILE", "/d/merges.txt").replace("$CHECKPOINT_DIR", "/ck")
+                .replace("$LOG_DIR", "/logs") for a in megatron_args(spec, data)]
+    assert proc.stdout.splitlines() == expected
+
+
+def test_real_data_without_data_path_stops_with_a_message(tmp_path):
+    script = tmp_path / "megatron_args.sh"
+    script.write_text(megatron_args_script(case_spec("llama3-8b-bf16-plain")))
+    proc = subprocess.run(["bash", "-c", f"source {script}"], capture_output=True, text=True,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=tmp_path)
+    assert proc.returncode != 0 and "set DATA_PATH" in proc.stderr
