@@ -31,7 +31,8 @@ def test_search_end_to_end_writes_every_file(tmp_path) -> None:
     names = {p.name for p in out.iterdir()}
     assert names == {"plans.csv", "report.md", "best.yaml", "best.json", "megatron_args.sh",
                      "launch.sbatch", "bridge_recipe.py", "launch_bridge.sbatch",
-                     "nemo_overrides.txt"}
+                     "nemo_overrides.txt", "plans_throughput_vs_memory.png",
+                     "best_breakdown.png"}
     best = yaml.safe_load((out / "best.yaml").read_text())
     command = (out / "megatron_args.sh").read_text()
     assert f"--tensor-model-parallel-size {best['plan']['tp']}" in command

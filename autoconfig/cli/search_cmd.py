@@ -52,6 +52,7 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
 @click.option("--top", type=int, default=10, show_default=True, help="Plans to print.")
 @stack_options
 @profile_options
+@click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
 @click.option("--container-image", help="pyxis/enroot image for launch.sbatch (default: none).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text: tables; json: machine-readable (also best.json).")
@@ -72,6 +73,7 @@ def search(**options) -> None:
     from autoconfig.reports.search_report import search_json, write_report
     from autoconfig.training.search import search_inputs
     output_format, container_image = options.pop("output_format"), options.pop("container_image")
+    plots = not options.pop("no_plots")
     profiling = pop_profile_options(options)
     if profiling.profile:
         check_options(profiling)
@@ -83,7 +85,7 @@ def search(**options) -> None:
                           container_image=container_image)
     spec = spec_from_result(result, base=_base_config(options.get("base")),
                             base_path=options.get("base"), slurm=slurm)
-    files = write_report(result, inputs.output_dir, top=inputs.top, spec=spec)
+    files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots, spec=spec)
     if output_format == "json":
         click.echo(json.dumps(search_json(result, inputs.top, files, spec), indent=1))
     else:

@@ -149,21 +149,30 @@ def run_it_lines(spec: LaunchSpec) -> list[str]:
     return lines
 
 
-def write_report(result: SearchResult, out_dir: Path, top: int = 10,
+def write_report(result: SearchResult, out_dir: Path, top: int = 10, plots: bool = False,
                  spec: LaunchSpec | None = None) -> dict[str, Path]:
-    """Write every report and launch file; returns key -> path. ``spec`` (default:
-    the best plan with ``autoconfig base``'s defaults) is what every target renders."""
+    """Write every report and launch file (and, with ``plots``, the PNG plots linked
+    from the markdown); returns key -> path. ``spec`` (default: the best plan with
+    ``autoconfig base``'s defaults) is what every launch target renders."""
     out_dir = Path(out_dir)
     spec = spec or spec_from_result(result)
     best = best_document(result, spec)
+    drawn = []
+    if plots:
+        from autoconfig.reports.plots import safe_plots, search_plots
+        drawn = safe_plots(search_plots, result.table, out_dir,
+                           f"{result.model.name} on {result.cluster.num_gpus} x "
+                           f"{result.cluster.gpu.name}", top)
+    links = "".join(f"![{p.stem}]({p.name})\n" for p in drawn)
     files = {
         "csv": (CSV_NAME, ranked_csv(result)),
-        "markdown": (MARKDOWN_NAME, markdown_report(result, top, spec)),
+        "markdown": (MARKDOWN_NAME, markdown_report(result, top, spec) + links),
         "best": (BEST_NAME, yaml.safe_dump(best, sort_keys=False, width=100)),
         "best_json": (BEST_JSON_NAME, json.dumps(best, indent=1) + "\n"),
         **launch_texts(spec),
     }
-    return {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
+    written = {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
+    return {**written, **{p.stem: p for p in drawn}}
 
 
 def _r(value) -> float:

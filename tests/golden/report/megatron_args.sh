@@ -25,9 +25,10 @@ MODEL_ARGS=(
 )
 # the parallel plan
 PARALLEL_ARGS=(
-    --tensor-model-parallel-size 1
+    --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 1
-    --micro-batch-size 2
+    --sequence-parallel
+    --micro-batch-size 4
     --global-batch-size 96
     --use-distributed-optimizer
 )
