@@ -229,3 +229,27 @@ def test_megatron_core_transformer_config_accepts_the_args(name):
         assert config.account_for_embedding_in_pipeline_split
     elif p.first_stage_layers:
         assert config.num_layers_in_first_pipeline_stage == p.first_stage_layers
+
+
+@pytest.mark.parametrize("model, gpu, nodes, precision", [
+    ("gpt3-175b", "a100-80gb", 128, "bf16"), ("llama3-8b", "h100-80gb", 8, "fp8"),
+    ("llama3-70b", "h100-80gb", 64, "bf16"), ("llama3-405b", "h100-80gb", 256, "fp8")])
+def test_searched_top_plans_are_accepted(model, gpu, nodes, precision):
+    """The plans the search ranks first (uneven splits included) launch as Megatron accepts."""
+    pytest.importorskip("megatron.core")
+    from autoconfig.core.catalog import get_gpu
+    from autoconfig.core.hardware import Cluster
+    from autoconfig.core.plan import Workload
+    from autoconfig.launch.spec import launch_spec
+    from autoconfig.training.search import search
+    m, g = get_model(model), get_gpu(gpu)
+    base = base_for_model(m)
+    result = search(m, Workload(base.global_batch_size, m.seq_len, precision),
+                    Cluster(g, nodes, g.gpus_per_node))
+    for plan in result.top_plans(5):
+        spec = launch_spec(m, result.workload, plan, result.cluster, software=result.software,
+                           stack=result.stack)
+        ns = parse(megatron_args(spec))
+        transformer_config(ns)
+        assert ns.tensor_model_parallel_size * ns.pipeline_model_parallel_size * \
+            ns.context_parallel_size * plan.dp == result.cluster.num_gpus
