@@ -16,13 +16,18 @@ import yaml
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Workload
-from autoconfig.reports.search_report import (BEST_NAME, CSV_NAME, MARKDOWN_NAME, MEGATRON_NAME, NEMO_NAME,
-                               megatron_args, write_report)
+from autoconfig.launch.files import (BRIDGE_NAME, BRIDGE_SBATCH_NAME, MEGATRON_NAME, NEMO_NAME,
+                                     SBATCH_NAME)
+from autoconfig.launch.megatron_lm import megatron_args
+from autoconfig.launch.spec import launch_spec
+from autoconfig.reports.search_report import (BEST_JSON_NAME, BEST_NAME, CSV_NAME, MARKDOWN_NAME,
+                                              write_report)
 from autoconfig.training.search import search
 from autoconfig.training.space import AxisChoices
 
 GOLDEN = Path(__file__).parent / "golden" / "report"
-FILES = (CSV_NAME, MARKDOWN_NAME, BEST_NAME, MEGATRON_NAME, NEMO_NAME)
+FILES = (CSV_NAME, MARKDOWN_NAME, BEST_NAME, BEST_JSON_NAME, MEGATRON_NAME, SBATCH_NAME,
+         BRIDGE_NAME, BRIDGE_SBATCH_NAME, NEMO_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +80,18 @@ def test_megatron_flags_follow_the_plan() -> None:
     model = get_model("llama3", "8b")
     plan = Plan(tp=2, pp=4, dp=2, cp=2, vp=2, sp=True, mbs=1, recompute="full",
                 recompute_method="block", recompute_num_layers=3, distributed_optimizer=True)
-    args = " ".join(megatron_args(model, Workload(64, 8192), plan))
+    cluster = Cluster(get_gpu("h100-80gb"), nodes=2, gpus_per_node=8)
+
+    def args_of(plan):
+        return " ".join(megatron_args(launch_spec(model, Workload(64, 8192), plan, cluster)))
+    args = args_of(plan)
     for expected in ("--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 4",
-                     "--num-layers-per-virtual-pipeline-stage 4", "--context-parallel-size 2",
+                     "--num-virtual-stages-per-pipeline-rank 2", "--context-parallel-size 2",
                      "--sequence-parallel", "--micro-batch-size 1", "--global-batch-size 64",
                      "--recompute-granularity full", "--recompute-method block",
                      "--recompute-num-layers 3", "--use-distributed-optimizer",
                      "--group-query-attention", "--num-query-groups 8", "--swiglu"):
         assert expected in args
-    plain = " ".join(megatron_args(model, Workload(64, 8192), Plan(tp=1, pp=1, dp=16)))
+    plain = args_of(Plan(tp=1, pp=1, dp=16))
     assert "--sequence-parallel" not in plain and "--recompute" not in plain
-    assert "--num-layers-per-virtual-pipeline-stage" not in plain
+    assert "--num-virtual-stages-per-pipeline-rank" not in plain

@@ -29,7 +29,8 @@ def test_search_end_to_end_writes_every_file(tmp_path) -> None:
         assert header in proc.stdout
     assert "considered" in proc.stdout and "exceeds memory" in proc.stdout
     names = {p.name for p in out.iterdir()}
-    assert names == {"plans.csv", "report.md", "best.yaml", "megatron_args.sh",
+    assert names == {"plans.csv", "report.md", "best.yaml", "best.json", "megatron_args.sh",
+                     "launch.sbatch", "bridge_recipe.py", "launch_bridge.sbatch",
                      "nemo_overrides.txt", "plans_throughput_vs_memory.png",
                      "best_breakdown.png"}
     best = yaml.safe_load((out / "best.yaml").read_text())
@@ -39,6 +40,42 @@ def test_search_end_to_end_writes_every_file(tmp_path) -> None:
     assert "trainer.num_nodes=128" in nemo
     assert f"model.pipeline_model_parallel_size={best['plan']['pp']}" in nemo
     assert len((out / "plans.csv").read_text().splitlines()) > 100
+    assert "hyper-parameters from autoconfig base defaults for gpt3-175b" in proc.stdout
+
+
+def test_search_json_with_base_reaches_every_target(tmp_path) -> None:
+    """--base base.yaml: its LR, schedule, init and tokens in every target; --format json."""
+    base = tmp_path / "base.yaml"
+    made = subprocess.run([sys.executable, "-m", "autoconfig", "base", "--model", "llama3",
+                           "--size", "8b", "--tokens", "300b", "-o", str(base)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    cfg = yaml.safe_load(base.read_text())
+    opt, training = cfg["optimizer"], cfg["training"]
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "autoconfig", "search", "--base", str(base),
+                           "--gpu", "h100", "--nodes", "2", "--top", "3", "--format", "json",
+                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert json.loads((out / "best.json").read_text()) == data["best"]
+    assert data["feasible"] >= 1 and len(data["top"]) <= 3
+    launch = data["best"]["launch"]
+    assert launch["hyperparameters"]["source"] == f"base config {base}"
+    args = launch["megatron_args"]
+    gbs = training["global_batch_size"]
+    assert float(args[args.index("--lr") + 1]) == pytest.approx(opt["lr"], rel=1e-5)
+    assert float(args[args.index("--min-lr") + 1]) == pytest.approx(opt["min_lr"], rel=1e-5)
+    assert int(args[args.index("--train-samples") + 1]) == training["train_steps"] * gbs
+    assert int(args[args.index("--lr-warmup-samples") + 1]) == opt["lr_warmup_steps"] * gbs
+    assert float(args[args.index("--init-method-std") + 1]) == pytest.approx(
+        opt["init_method_std"], rel=1e-5)
+    assert "--rotary-base" in args and args[args.index("--rotary-base") + 1] == "500000"
+    assert f"model.optim.lr={opt['lr']:.6g}" in launch["nemo1_overrides"]
+    assert launch["bridge"]["fields"]["optimizer.lr"] == pytest.approx(opt["lr"], rel=1e-5)
+    sbatch = (out / "launch.sbatch").read_text()
+    assert f"--lr {opt['lr']:.6g}" in sbatch
+    assert f"cfg.optimizer.lr = {opt['lr']:.6g}" in (out / "bridge_recipe.py").read_text()
 
 
 def test_estimate_json_gpt3_175b(capsys) -> None:

@@ -317,6 +317,34 @@ def make_base(req: BaseRequest) -> BaseConfig:
     return BaseConfig(rationale=tuple(why.items()), **values)
 
 
+def base_for_model(model: ModelSpec, precision: str | None = None) -> BaseConfig:
+    """``autoconfig base``'s defaults for an already resolved model (size mode, no
+    cluster, Chinchilla tokens): what the launch outputs use when no base.yaml is
+    given. The model keeps its own dropout (the search predicted with it)."""
+    ratio = float(heuristic("scaling", "chinchilla_tokens_per_param").value)
+    params = total_params(model)
+    tokens = ratio * params
+    k = int(heuristic("scaling", "flops_per_param_token").value)
+    values: dict[str, Any] = {"model": model, "seq_len": model.seq_len,
+                              "precision": precision or str(_hp("precision").value),
+                              "mode": "size", "params": params, "tokens": tokens,
+                              "flops_formula": f"{k}NT", "total_flops": k * params * tokens,
+                              "gpu_name": None, "nodes": None, "gpus_per_node": None}
+    why = {"model": f"{model.name} as searched", "tokens": f"Chinchilla: {ratio:g} tokens per "
+           "parameter (Hoffmann et al. 2022)"}
+    batch, batch_why = _batch_and_lr(model, params, model.seq_len)
+    for part_values, part_why in ((batch, batch_why),
+                                  _schedule(batch["lr"], tokens,
+                                            batch["global_batch_size"] * model.seq_len),
+                                  _optimizer_and_init(model.hidden_size)):
+        values.update(part_values)
+        why.update(part_why)
+    values["hidden_dropout"] = model.hidden_dropout
+    values["attention_dropout"] = model.attention_dropout
+    why["hidden_dropout"] = why["attention_dropout"] = f"{model.name}'s own (as searched)"
+    return BaseConfig(rationale=tuple(why.items()), **values)
+
+
 # ---------------------------------------------------------------- YAML / JSON
 
 _MODEL_KEYS = ("name", "family", "size", "num_layers", "hidden_size", "num_heads", "num_kv_heads",

@@ -6,6 +6,8 @@ the top plans can be added after it. The model/cluster options are shared
 with ``autoconfig estimate``.
 """
 
+import json
+
 import click
 from tabulate import tabulate
 
@@ -15,7 +17,7 @@ from autoconfig.core.plan import PRECISIONS
 from autoconfig.training.inputs import DEFAULT_GPU, inputs_from_options
 
 
-def render_search(result, top: int, files: dict | None = None) -> str:
+def render_search(result, top: int, files: dict | None = None, spec=None) -> str:
     """The text the command prints: top plans, counts by reason, files."""
     from autoconfig.reports.search_report import TOP_HEADERS, rejection_lines, top_rows
     from autoconfig.units import format_count
@@ -26,6 +28,8 @@ def render_search(result, top: int, files: dict | None = None) -> str:
              f"{w.precision}, objective {result.objective}", "",
              tabulate(top_rows(result, top), headers=TOP_HEADERS), ""]
     lines += rejection_lines(result)
+    if spec is not None:
+        lines += ["", f"launch files: hyper-parameters from {spec.base_source}"]
     if files:
         lines += ["", "wrote:"] + [f"  {path}" for path in files.values()]
     return "\n".join(lines)
@@ -49,17 +53,26 @@ def render_search(result, top: int, files: dict | None = None) -> str:
 @stack_options
 @profile_options
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
+@click.option("--container-image", help="pyxis/enroot image for launch.sbatch (default: none).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text: tables; json: machine-readable (also best.json).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Report folder (default ./autoconfig-out/<model>-<gpu>-<nodes>n).")
 def search(**options) -> None:
     """Rank every valid parallel layout (TP/PP/VP/CP/DP/SP, micro-batch,
     recompute, distributed optimizer) by predicted step time; plans that do
     not fit in GPU memory are pruned. Writes plans.csv, report.md, best.yaml,
-    megatron_args.sh and nemo_overrides.txt. With --profile, runs short real
-    training jobs for the top plans and ranks them by what they measured."""
+    best.json and the winner's launch files: launch.sbatch and megatron_args.sh
+    (Megatron-LM), bridge_recipe.py and launch_bridge.sbatch (Megatron-Bridge /
+    NeMo 2), nemo_overrides.txt (NeMo 1), with the LR, schedule, init and token
+    budget of --base (default: `autoconfig base`'s for the model). With --profile,
+    runs short real training jobs for the top plans and ranks them by what they
+    measured."""
     from autoconfig.profiling.sweep import check_options, ranked_from_search, run_profiling
-    from autoconfig.reports.search_report import write_report
+    from autoconfig.launch.spec import SlurmSettings, spec_from_result
+    from autoconfig.reports.search_report import search_json, write_report
     from autoconfig.training.search import search_inputs
+    output_format, container_image = options.pop("output_format"), options.pop("container_image")
     plots = not options.pop("no_plots")
     profiling = pop_profile_options(options)
     if profiling.profile:
@@ -67,10 +80,26 @@ def search(**options) -> None:
     stack, software = pop_software(options, _base_stack(options.get("base")))
     inputs = inputs_from_options(stack=stack, software=software, **options)
     result = search_inputs(inputs)
-    files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots)
-    click.echo(render_search(result, inputs.top, files))
+    slurm = SlurmSettings(partition=profiling.partition, account=profiling.account,
+                          qos=profiling.qos, time_limit_min=profiling.time_limit,
+                          container_image=container_image)
+    spec = spec_from_result(result, base=_base_config(options.get("base")),
+                            base_path=options.get("base"), slurm=slurm)
+    files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots, spec=spec)
+    if output_format == "json":
+        click.echo(json.dumps(search_json(result, inputs.top, files, spec), indent=1))
+    else:
+        click.echo(render_search(result, inputs.top, files, spec))
     run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
                   profiling, inputs.output_dir)
+
+
+def _base_config(base: str | None):
+    """The BaseConfig of --base (LR, schedule, init, tokens), or None."""
+    if not base:
+        return None
+    from autoconfig.training.inputs import read_base
+    return read_base(base)
 
 
 def _base_stack(base: str | None) -> str | None:

@@ -1,31 +1,32 @@
-"""Writers for a search: ranked CSV, markdown report, best.yaml, and the
-winner as a Megatron-LM command line and NeMo overrides.
+"""Writers for a search: ranked CSV, markdown report, best.yaml/best.json, and
+the winner's launch files (autoconfig/launch/: megatron_args.sh, launch.sbatch,
+bridge_recipe.py, launch_bridge.sbatch, nemo_overrides.txt), all rendered from
+one LaunchSpec.
 
 Every file is written atomically (a temporary file in the same folder, then
 ``os.replace``), so an interrupted run never leaves half a report. Nothing
 here carries a timestamp: the same search gives the same bytes.
-
-Flag names: Megatron-LM ``megatron/training/arguments.py``; NeMo 1.x
-``megatron_gpt_config.yaml`` (``model.activations_checkpoint_*``,
-``model.optim.name=distributed_fused_adam``).
 """
 
+import json
 from pathlib import Path
 
 import yaml
 from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
-from autoconfig.core.model import ModelSpec, total_params
-from autoconfig.core.plan import Plan, Workload, describe_plan, recompute_label
+from autoconfig.core.model import total_params
+from autoconfig.core.plan import describe_plan, recompute_label
+from autoconfig.launch.files import (BRIDGE_NAME, MEGATRON_NAME, NEMO_NAME, SBATCH_NAME,
+                                     launch_document, launch_texts)
+from autoconfig.launch.spec import LaunchSpec, spec_from_result
 from autoconfig.training.search import SearchResult
 from autoconfig.units import format_count
 
 CSV_NAME = "plans.csv"
 MARKDOWN_NAME = "report.md"
 BEST_NAME = "best.yaml"
-MEGATRON_NAME = "megatron_args.sh"
-NEMO_NAME = "nemo_overrides.txt"
+BEST_JSON_NAME = "best.json"
 
 TOP_HEADERS = ("#", "TP", "PP", "VP", "CP", "DP", "SP", "MBS", "recompute", "dist-opt",
                "step s", "tok/s/GPU", "TFLOP/s/GPU", "MFU %", "mem GiB/GPU")
@@ -58,103 +59,10 @@ def ranked_csv(result: SearchResult) -> str:
     return result.table.to_csv(index=False, float_format="%.6g", lineterminator="\n")
 
 
-def megatron_args(model: ModelSpec, workload: Workload, plan: Plan) -> list[str]:
-    """Megatron-LM ``pretrain_gpt.py`` arguments for the model and plan."""
-    args = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
-            "--num-attention-heads", str(model.num_heads),
-            "--ffn-hidden-size", str(model.ffn_hidden_size),
-            "--seq-length", str(workload.seq_len),
-            "--max-position-embeddings", str(max(workload.seq_len, model.seq_len))]
-    if model.num_kv_heads != model.num_heads:
-        args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
-    if model.mlp_kind == "swiglu":
-        args.append("--swiglu")
-    if model.norm_kind == "rmsnorm":
-        args += ["--normalization", "RMSNorm"]
-    if model.position_embedding == "rope":
-        args += ["--position-embedding-type", "rope"]
-    if not model.tied_embeddings:
-        args.append("--untie-embeddings-and-output-weights")
-    if not model.has_bias:
-        args.append("--disable-bias-linear")
-    args += ["--tensor-model-parallel-size", str(plan.tp),
-             "--pipeline-model-parallel-size", str(plan.pp)]
-    if plan.vp > 1:
-        args += ["--num-layers-per-virtual-pipeline-stage",
-                 str(model.num_layers // (plan.pp * plan.vp))]
-    if plan.cp > 1:
-        args += ["--context-parallel-size", str(plan.cp)]
-    if plan.sp:
-        args.append("--sequence-parallel")
-    args += ["--micro-batch-size", str(plan.mbs),
-             "--global-batch-size", str(workload.global_batch_size)]
-    if plan.recompute == "selective":
-        args += ["--recompute-granularity", "selective"]
-    elif plan.recompute == "full":
-        args += ["--recompute-granularity", "full", "--recompute-method", plan.recompute_method,
-                 "--recompute-num-layers", str(plan.recompute_num_layers)]
-    if plan.distributed_optimizer:
-        args.append("--use-distributed-optimizer")
-    args.append("--bf16")
-    if workload.precision == "fp8":
-        args += ["--fp8-format", "hybrid"]
-    return args
-
-
-def megatron_command(result: SearchResult) -> str:
-    """A ready shell snippet: torchrun over the nodes with the winner's flags."""
-    plan, cluster = result.best, result.cluster
-    args = megatron_args(result.model, result.workload, plan)
-    pairs, i = [], 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            pairs.append(f"{args[i]} {args[i + 1]}")
-            i += 2
-        else:
-            pairs.append(args[i])
-            i += 1
-    head = [f"# autoconfig: best plan for {result.model.name} on {cluster.nodes} x "
-            f"{cluster.gpus_per_node} {cluster.gpu.name} ({describe_plan(plan)})",
-            "# add your data, tokenizer, optimizer and checkpoint arguments",
-            "export CUDA_DEVICE_MAX_CONNECTIONS=1",
-            f"torchrun --nnodes {cluster.nodes} --nproc-per-node {cluster.gpus_per_node} "
-            "\\\n    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" \\",
-            "  pretrain_gpt.py \\"]
-    body = [f"    {p} \\" for p in pairs[:-1]] + [f"    {pairs[-1]}"]
-    return "\n".join(head + body) + "\n"
-
-
-def nemo_overrides(result: SearchResult) -> list[str]:
-    """NeMo (megatron_gpt_pretraining.py, Hydra) overrides for the winner."""
-    plan, cluster, w = result.best, result.cluster, result.workload
-    out = [f"trainer.num_nodes={cluster.nodes}", f"trainer.devices={cluster.gpus_per_node}",
-           "trainer.precision=bf16",
-           f"model.tensor_model_parallel_size={plan.tp}",
-           f"model.pipeline_model_parallel_size={plan.pp}",
-           f"model.virtual_pipeline_model_parallel_size="
-           f"{plan.vp if plan.vp > 1 else 'null'}",
-           f"model.context_parallel_size={plan.cp}",
-           f"model.sequence_parallel={str(plan.sp).lower()}",
-           f"model.micro_batch_size={plan.mbs}",
-           f"model.global_batch_size={w.global_batch_size}",
-           f"model.encoder_seq_length={w.seq_len}"]
-    if plan.recompute == "none":
-        out.append("model.activations_checkpoint_granularity=null")
-    elif plan.recompute == "selective":
-        out.append("model.activations_checkpoint_granularity=selective")
-    else:
-        out += ["model.activations_checkpoint_granularity=full",
-                f"model.activations_checkpoint_method={plan.recompute_method}",
-                f"model.activations_checkpoint_num_layers={plan.recompute_num_layers}"]
-    out.append(f"model.optim.name="
-               f"{'distributed_fused_adam' if plan.distributed_optimizer else 'fused_adam'}")
-    if w.precision == "fp8":
-        out += ["model.fp8=true", "model.fp8_hybrid=true"]
-    return out
-
-
-def best_document(result: SearchResult) -> dict:
-    """best.yaml: inputs, the winning plan, its predictions and both commands."""
+def best_document(result: SearchResult, spec: LaunchSpec | None = None) -> dict:
+    """best.yaml / best.json: inputs, the winning plan, its predictions, and the
+    launch (hyper-parameters with their origin, schedule, every target's arguments)."""
+    spec = spec or spec_from_result(result)
     row = result.table.iloc[0]
     m, c, w = result.model, result.cluster, result.workload
     return {
@@ -178,15 +86,27 @@ def best_document(result: SearchResult) -> dict:
             "time_breakdown_s": {k: _r(row[k]) for k in (
                 "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_bubble_s",
                 "pp_p2p_s", "dp_comm_s", "optimizer_s")}},
-        "megatron_args": " ".join(megatron_args(m, w, result.best)),
-        "nemo_overrides": nemo_overrides(result),
+        "launch": launch_document(spec),
     }
 
 
-def markdown_report(result: SearchResult, top: int) -> str:
+def search_json(result: SearchResult, top: int, files: dict[str, Path],
+                spec: LaunchSpec | None = None) -> dict:
+    """What ``autoconfig search --format json`` prints: the top plans, the counts by
+    rejection reason, best.json's document and the files written."""
+    rows = result.table.head(top)
+    return {"considered": result.considered, "feasible": result.feasible,
+            "rejected": dict(result.rejected),
+            "top": json.loads(rows.to_json(orient="records", double_precision=6)),
+            "best": best_document(result, spec),
+            "files": {key: str(path) for key, path in files.items()}}
+
+
+def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = None) -> str:
     """The human report: inputs, top plans, rejections, the winner's breakdown."""
     m, c, w = result.model, result.cluster, result.workload
-    best = best_document(result)
+    spec = spec or spec_from_result(result)
+    best = best_document(result, spec)
     lines = [f"# autoconfig search: {m.name} on {c.nodes} x {c.gpus_per_node} {c.gpu.name}", "",
              f"- model: {m.name}, {format_count(total_params(m))} parameters ({m.num_layers} "
              f"layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} kv heads, "
@@ -207,17 +127,36 @@ def markdown_report(result: SearchResult, top: int) -> str:
               "| step time (s) | |", "|---|---|"]
     lines += [f"| {k[:-2]} | {v:.4f} |" for k, v in best["predicted"]["time_breakdown_s"].items()]
     lines += [f"| **step** | **{best['predicted']['step_time_s']:.4f}** |", "",
-              "## Run it", "", "Megatron-LM (`" + MEGATRON_NAME + "`):", "", "```bash",
-              megatron_command(result).rstrip(), "```", "", "NeMo overrides:", "", "```",
-              " ".join(nemo_overrides(result)), "```", ""]
+              "## Run it", ""] + run_it_lines(spec)
     return "\n".join(lines)
 
 
-def write_report(result: SearchResult, out_dir: Path, top: int = 10,
-                 plots: bool = False) -> dict[str, Path]:
-    """Write every report file (and, with ``plots``, the PNG plots linked from
-    the markdown); returns name -> path."""
+def run_it_lines(spec: LaunchSpec) -> list[str]:
+    """The three ways to launch the winner (markdown)."""
+    lines = [f"Hyper-parameters: {spec.base_source}.", "",
+             f"Megatron-LM on SLURM (`{SBATCH_NAME}`; the arguments alone: `{MEGATRON_NAME}`):",
+             "", "```bash",
+             "DATA_PATH=/data/my_text_document MEGATRON_LM=/opt/megatron-lm sbatch "
+             + SBATCH_NAME, "MOCK_DATA=1 sbatch " + SBATCH_NAME + "   # smoke test on synthetic data",
+             "```", "",
+             f"Megatron-Bridge / NeMo 2 (`{BRIDGE_NAME}`, from "
+             f"`{spec.family.bridge_recipe.replace(':', '.')}`):", "", "```bash",
+             f"torchrun --nproc-per-node {spec.cluster.gpus_per_node} {BRIDGE_NAME}   "
+             "# or: sbatch launch_bridge.sbatch", "```", "",
+             f"NeMo 1 (`{NEMO_NAME}`, against megatron_gpt_config.yaml):", "", "```bash",
+             f"mapfile -t O < <(grep -v '^#' {NEMO_NAME}) && python "
+             "examples/nlp/language_modeling/megatron_gpt_pretraining.py \"${O[@]}\"", "```", ""]
+    return lines
+
+
+def write_report(result: SearchResult, out_dir: Path, top: int = 10, plots: bool = False,
+                 spec: LaunchSpec | None = None) -> dict[str, Path]:
+    """Write every report and launch file (and, with ``plots``, the PNG plots linked
+    from the markdown); returns key -> path. ``spec`` (default: the best plan with
+    ``autoconfig base``'s defaults) is what every launch target renders."""
     out_dir = Path(out_dir)
+    spec = spec or spec_from_result(result)
+    best = best_document(result, spec)
     drawn = []
     if plots:
         from autoconfig.reports.plots import safe_plots, search_plots
@@ -227,10 +166,10 @@ def write_report(result: SearchResult, out_dir: Path, top: int = 10,
     links = "".join(f"![{p.stem}]({p.name})\n" for p in drawn)
     files = {
         "csv": (CSV_NAME, ranked_csv(result)),
-        "markdown": (MARKDOWN_NAME, markdown_report(result, top) + links),
-        "best": (BEST_NAME, yaml.safe_dump(best_document(result), sort_keys=False)),
-        "megatron": (MEGATRON_NAME, megatron_command(result)),
-        "nemo": (NEMO_NAME, "\n".join(nemo_overrides(result)) + "\n"),
+        "markdown": (MARKDOWN_NAME, markdown_report(result, top, spec) + links),
+        "best": (BEST_NAME, yaml.safe_dump(best, sort_keys=False, width=100)),
+        "best_json": (BEST_JSON_NAME, json.dumps(best, indent=1) + "\n"),
+        **launch_texts(spec),
     }
     written = {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
     return {**written, **{p.stem: p for p in drawn}}

@@ -1,0 +1,235 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments for a LaunchSpec.
+
+Flag names and choices are those of Megatron-LM's own parser at the commit
+recorded in tests/data/megatron_lm_args.json (scripts/megatron_lm_args.py), and
+tests build megatron-core's TransformerConfig from them. Arguments come in
+groups (model, parallel, stack, precision, schedule, data, output) so the
+sbatch script can show them apart. Data, tokenizer and output paths are shell
+variables (``$DATA_PATH``...) the user sets: clearly placeholders, never guesses.
+"""
+
+from autoconfig.launch.spec import LaunchSpec
+
+DATA_MODES = ("real", "mock")
+PLACEHOLDERS = {
+    "DATA_PATH": "prefix of your preprocessed dataset (tools/preprocess_data.py output, without "
+                 ".bin/.idx)",
+    "VOCAB_FILE": "GPT-2 BPE vocab.json",
+    "MERGE_FILE": "GPT-2 BPE merges.txt",
+    "CHECKPOINT_DIR": "where checkpoints are saved and resumed from",
+    "LOG_DIR": "where TensorBoard logs go",
+}
+SPLIT = "99,1,0"
+SAVE_INTERVAL = 1000
+LOG_INTERVAL = 10
+EVAL_INTERVAL = 1000
+EVAL_ITERS = 10
+
+
+def model_args(spec: LaunchSpec) -> list[str]:
+    """Shape and architecture: exactly the model the prediction sized."""
+    m, w = spec.model, spec.workload
+    args = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+            "--ffn-hidden-size", str(m.ffn_hidden_size),
+            "--num-attention-heads", str(m.num_heads),
+            "--seq-length", str(w.seq_len),
+            "--max-position-embeddings", str(max(w.seq_len, m.seq_len))]
+    if m.num_kv_heads != m.num_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    if m.mlp_kind == "swiglu":
+        args.append("--swiglu")
+    args += ["--normalization", "RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm"]
+    if m.position_embedding == "rope":
+        args += ["--position-embedding-type", "rope",
+                 "--rotary-base", str(spec.family.rotary_base)]
+    else:
+        args += ["--position-embedding-type", "learned_absolute"]
+    if not m.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not m.has_bias:
+        args.append("--disable-bias-linear")
+    args += ["--attention-dropout", f"{m.attention_dropout:g}",
+             "--hidden-dropout", f"{m.hidden_dropout:g}",
+             "--init-method-std", f"{spec.base.init_method_std:.6g}",
+             "--make-vocab-size-divisible-by", str(spec.vocab_divisor)]
+    return args
+
+
+def parallel_args(spec: LaunchSpec) -> list[str]:
+    """The plan: TP/PP/VP/CP/SP, batch, recompute, distributed optimizer, stage split."""
+    plan = spec.plan
+    args = ["--tensor-model-parallel-size", str(plan.tp),
+            "--pipeline-model-parallel-size", str(plan.pp)]
+    if plan.vp > 1:
+        # --num-virtual-stages-per-pipeline-rank (not --num-layers-per-virtual-pipeline-stage):
+        # the only VP form Megatron accepts together with an uneven first/last stage.
+        args += ["--num-virtual-stages-per-pipeline-rank", str(plan.vp)]
+    if spec.embedding_and_loss_split:
+        # first = last = (L + 2)/pp - 1: Megatron's own form of this split, the one it
+        # accepts with virtual stages when (L + 2) divides by pp x vp
+        args += ["--account-for-embedding-in-pipeline-split",
+                 "--account-for-loss-in-pipeline-split"]
+    else:
+        if plan.pp > 1 and plan.first_stage_layers:
+            args += ["--decoder-first-pipeline-num-layers", str(plan.first_stage_layers)]
+        if plan.pp > 1 and plan.last_stage_layers:
+            args += ["--decoder-last-pipeline-num-layers", str(plan.last_stage_layers)]
+    if plan.cp > 1:
+        args += ["--context-parallel-size", str(plan.cp)]
+    if plan.sp:
+        args.append("--sequence-parallel")
+    args += ["--micro-batch-size", str(plan.mbs),
+             "--global-batch-size", str(spec.workload.global_batch_size)]
+    if plan.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", plan.recompute_method,
+                 "--recompute-num-layers", str(spec.recompute_num_layers)]
+    if plan.distributed_optimizer:
+        args.append("--use-distributed-optimizer")
+    return args
+
+
+def stack_args(spec: LaunchSpec) -> list[str]:
+    """The software features the prediction assumed, switched on exactly."""
+    args = ["--transformer-impl", "transformer_engine",
+            "--attention-backend", spec.attention_backend]
+    if spec.tp_comm_overlap:
+        args.append("--tp-comm-overlap")
+    if spec.software.overlap_grad_reduce:
+        args.append("--overlap-grad-reduce")
+    if spec.overlap_param_gather:
+        args.append("--overlap-param-gather")
+    if spec.grad_reduce_dtype == "bf16":
+        args.append("--grad-reduce-in-bf16")
+    return args
+
+
+def precision_args(spec: LaunchSpec) -> list[str]:
+    args = ["--bf16"]
+    if spec.workload.precision == "fp8":
+        args += ["--fp8-format", spec.fp8_format, "--fp8-recipe", spec.fp8_recipe]
+    return args
+
+
+def schedule_args(spec: LaunchSpec) -> list[str]:
+    """Token budget, LR schedule and AdamW from the base config (in samples, so a
+    global batch other than the base config's keeps the same schedule)."""
+    b = spec.base
+    return ["--train-samples", str(spec.train_samples),
+            "--lr", f"{b.lr:.6g}", "--min-lr", f"{b.min_lr:.6g}",
+            "--lr-decay-style", b.lr_decay_style,
+            "--lr-warmup-samples", str(spec.warmup_samples),
+            "--lr-decay-samples", str(spec.decay_samples),
+            "--weight-decay", f"{b.weight_decay:g}",
+            "--adam-beta1", f"{b.adam_beta1:g}", "--adam-beta2", f"{b.adam_beta2:g}",
+            "--adam-eps", f"{b.adam_eps:g}", "--clip-grad", f"{b.clip_grad:g}"]
+
+
+def data_args(spec: LaunchSpec, data: str = "real") -> list[str]:
+    """Dataset and tokenizer: placeholders for real data; ``mock`` runs Megatron's
+    synthetic data with a NullTokenizer of the same vocabulary (a smoke test)."""
+    if data not in DATA_MODES:
+        raise ValueError(f"data must be one of {DATA_MODES}, got {data!r}")
+    fam = spec.family
+    if data == "mock" or fam.placeholder:
+        # NullTokenizer adds one end-of-document token to --vocab-size.
+        tokenizer = ["--tokenizer-type", "NullTokenizer",
+                     "--vocab-size", str(fam.tokenizer_vocab_size - 1)]
+    elif fam.tokenizer_type == "GPT2BPETokenizer":
+        tokenizer = ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "$VOCAB_FILE",
+                     "--merge-file", "$MERGE_FILE"]
+    else:
+        tokenizer = ["--tokenizer-type", fam.tokenizer_type,
+                     "--tokenizer-model", fam.tokenizer_model]
+    if data == "mock":
+        return ["--mock-data"] + tokenizer
+    return ["--data-path", "$DATA_PATH", "--split", SPLIT] + tokenizer
+
+
+def output_args(spec: LaunchSpec) -> list[str]:
+    return ["--save", "$CHECKPOINT_DIR", "--load", "$CHECKPOINT_DIR",
+            "--save-interval", str(SAVE_INTERVAL), "--log-interval", str(LOG_INTERVAL),
+            "--eval-interval", str(EVAL_INTERVAL), "--eval-iters", str(EVAL_ITERS),
+            "--tensorboard-dir", "$LOG_DIR/tensorboard"]
+
+
+GROUPS = (("MODEL_ARGS", "model shape and architecture", model_args),
+          ("PARALLEL_ARGS", "the parallel plan", parallel_args),
+          ("STACK_ARGS", "software features the prediction assumed", stack_args),
+          ("PRECISION_ARGS", "precision", precision_args),
+          ("SCHEDULE_ARGS", "token budget, LR schedule, optimizer (base config)", schedule_args),
+          ("OUTPUT_ARGS", "checkpoints and logs (placeholders)", output_args))
+
+
+def megatron_args(spec: LaunchSpec, data: str = "real") -> list[str]:
+    """Every argument, in group order, data last."""
+    args = []
+    for _, _, build in GROUPS:
+        args += build(spec)
+    return args + data_args(spec, data)
+
+
+def used_placeholders(args: list[str]) -> list[str]:
+    """The $VARIABLES the arguments need, in order of first use."""
+    names = []
+    for token in args:
+        if token.startswith("$"):
+            name = token[1:].split("/")[0]
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def shell_word(token: str) -> str:
+    """A token as bash reads it: placeholders double-quoted (expanded), the rest literal."""
+    if token.startswith("$"):
+        return f'"{token}"'
+    if token and all(c.isalnum() or c in "-_.:/=+" for c in token):
+        return token
+    return "'" + token.replace("'", "'\\''") + "'"
+
+
+def bash_array(name: str, args: list[str], indent: str = "") -> list[str]:
+    """``NAME=(`` one flag (and its value) per line ``)``."""
+    lines, i = [f"{indent}{name}=("], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"{indent}    {args[i]} {shell_word(args[i + 1])}")
+            i += 2
+        else:
+            lines.append(f"{indent}    {args[i]}")
+            i += 1
+    return lines + [f"{indent})"]
+
+
+def argument_arrays(spec: LaunchSpec) -> list[str]:
+    """The bash arrays both megatron_args.sh and launch.sbatch carry (identical text):
+    one per group, then DATA_ARGS chosen by MOCK_DATA=1 (synthetic) or real data."""
+    lines = []
+    for name, title, build in GROUPS:
+        lines += [f"# {title}"] + bash_array(name, build(spec))
+    real, mock = data_args(spec, "real"), data_args(spec, "mock")
+    lines += ["# data and tokenizer: MOCK_DATA=1 for a smoke test on synthetic data",
+              'if [[ "${MOCK_DATA:-0}" == 1 ]]; then']
+    lines += bash_array("DATA_ARGS", mock, "    ")
+    lines += ["else"]
+    for name in used_placeholders(real):
+        lines.append(f'    : "${{{name}:?set {name}: {PLACEHOLDERS[name]}}}"')
+    lines += bash_array("DATA_ARGS", real, "    ") + ["fi"]
+    for name in used_placeholders(output_args(spec)):
+        lines.insert(0, f'{name}="${{{name}:-$PWD/{name.lower().replace("_dir", "")}}}"'
+                        f"  # {PLACEHOLDERS[name]}")
+    names = " ".join(f'"${{{name}[@]}}"' for name, _, _ in GROUPS)
+    return lines + [f'MEGATRON_ARGS=({names} "${{DATA_ARGS[@]}}")']
+
+
+def megatron_args_script(spec: LaunchSpec) -> str:
+    """megatron_args.sh: source it to get MEGATRON_ARGS (launch.sbatch has the same text)."""
+    head = ["#!/bin/bash", "# Megatron-LM pretrain_gpt.py arguments of the best plan. Source it:",
+            '#   source megatron_args.sh && torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}"',
+            "# or submit launch.sbatch, which carries the same arguments."]
+    head += [f"# {line}" for line in spec.describe()]
+    body = argument_arrays(spec)
+    return "\n".join(head + ["# shellcheck disable=SC2034  # used by whoever sources this"]
+                     + body) + "\n"

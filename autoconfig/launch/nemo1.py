@@ -1,0 +1,136 @@
+"""NeMo 1 (megatron_gpt_pretraining.py / NeMo-Framework-Launcher) Hydra overrides.
+
+They compose against NeMo's examples/nlp/language_modeling/conf/megatron_gpt_config.yaml
+(recorded with its commit in tests/data/): a key that the base yaml has is set
+plainly, a key it lacks is added with ``+`` (Hydra refuses either the other way
+round). The full model shape and architecture, the plan, the stack's overlaps,
+precision and the base config's optimizer and schedule are all set, so nothing
+falls back to the yaml's 12-layer GPT defaults. Paths are ``${oc.env:VAR}``
+placeholders resolved from the environment at start.
+"""
+
+from autoconfig.launch.spec import LaunchSpec
+
+# Keys of megatron_gpt_config.yaml (NeMo 8cfedd7) that the overrides set without '+'
+# are checked against the recorded yaml by tests/test_launch_nemo.py; these are
+# the ones it lacks.
+ADDED_KEYS = frozenset({
+    "model.context_parallel_size", "model.rotary_base", "model.optim.eps",
+    "model.optim.overlap_grad_sync", "model.optim.overlap_param_sync",
+    "model.optim.grad_sync_dtype", "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage", "model.fp8_recipe",
+    "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
+})
+NEMO_TOKENIZERS = {
+    # Megatron tokenizer type -> (library, type) of NeMo's tokenizer section.
+    "GPT2BPETokenizer": ("megatron", "GPT2BPETokenizer"),
+    "HuggingFaceTokenizer": ("huggingface", None),
+    "NullTokenizer": ("megatron", "GPT2BPETokenizer"),
+}
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
+    """key -> value (no '+' yet), in a readable order."""
+    m, p, w, b, c = spec.model, spec.plan, spec.workload, spec.base, spec.cluster
+    o: dict[str, object] = {
+        "trainer.num_nodes": c.nodes, "trainer.devices": c.gpus_per_node,
+        "trainer.precision": "bf16", "trainer.max_steps": spec.train_iters,
+        "trainer.gradient_clip_val": b.clip_grad,
+        # shape and architecture
+        "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
+        "model.ffn_hidden_size": m.ffn_hidden_size, "model.num_attention_heads": m.num_heads,
+        "model.num_query_groups": m.num_kv_heads if m.num_kv_heads != m.num_heads else None,
+        "model.encoder_seq_length": w.seq_len,
+        "model.max_position_embeddings": max(w.seq_len, m.seq_len),
+        "model.activation": "swiglu" if m.mlp_kind == "swiglu" else "gelu",
+        "model.normalization": m.norm_kind, "model.bias": m.has_bias,
+        "model.position_embedding_type": ("rope" if m.position_embedding == "rope"
+                                          else "learned_absolute"),
+        "model.share_embeddings_and_output_weights": m.tied_embeddings,
+        "model.hidden_dropout": m.hidden_dropout, "model.attention_dropout": m.attention_dropout,
+        "model.init_method_std": b.init_method_std,
+        "model.make_vocab_size_divisible_by": spec.vocab_divisor,
+        # plan
+        "model.tensor_model_parallel_size": p.tp, "model.pipeline_model_parallel_size": p.pp,
+        "model.virtual_pipeline_model_parallel_size": p.vp if p.vp > 1 else None,
+        "model.context_parallel_size": p.cp, "model.sequence_parallel": p.sp,
+        "model.micro_batch_size": p.mbs, "model.global_batch_size": w.global_batch_size,
+    }
+    if m.position_embedding == "rope":
+        o["model.rotary_base"] = spec.family.rotary_base
+    if spec.embedding_and_loss_split:
+        o["model.account_for_embedding_in_pipeline_split"] = True
+        o["model.account_for_loss_in_pipeline_split"] = True
+    else:
+        if p.pp > 1 and p.first_stage_layers:
+            o["model.num_layers_in_first_pipeline_stage"] = p.first_stage_layers
+        if p.pp > 1 and p.last_stage_layers:
+            o["model.num_layers_in_last_pipeline_stage"] = p.last_stage_layers
+    if p.recompute == "none":
+        o["model.activations_checkpoint_granularity"] = None
+    elif p.recompute == "selective":
+        o["model.activations_checkpoint_granularity"] = "selective"
+    else:
+        o.update({"model.activations_checkpoint_granularity": "full",
+                  "model.activations_checkpoint_method": p.recompute_method,
+                  "model.activations_checkpoint_num_layers": spec.recompute_num_layers})
+    # stack and precision: Transformer Engine always (fused attention, FP8 and context
+    # parallelism need it; the predictions assume it)
+    o.update({"model.transformer_engine": True,
+              "model.ub_tp_comm_overlap": spec.tp_comm_overlap,
+              "model.fp8": w.precision == "fp8"})
+    if w.precision == "fp8":
+        o["model.fp8_hybrid"] = spec.fp8_format == "hybrid"
+        o["model.fp8_recipe"] = spec.fp8_recipe
+    # optimizer and schedule (base config)
+    o.update({"model.optim.name": ("distributed_fused_adam" if p.distributed_optimizer
+                                   else "fused_adam"),
+              "model.optim.lr": b.lr, "model.optim.weight_decay": b.weight_decay,
+              "model.optim.betas": f"[{_value(b.adam_beta1)},{_value(b.adam_beta2)}]",
+              "model.optim.eps": b.adam_eps,
+              "model.optim.sched.name": "CosineAnnealing",
+              "model.optim.sched.warmup_steps": spec.warmup_iters,
+              "model.optim.sched.constant_steps": max(0, spec.train_iters - spec.decay_iters),
+              "model.optim.sched.min_lr": b.min_lr})
+    if p.distributed_optimizer:
+        o.update({"model.optim.overlap_grad_sync": spec.software.overlap_grad_reduce,
+                  "model.optim.overlap_param_sync": spec.overlap_param_gather,
+                  "model.optim.grad_sync_dtype": spec.grad_reduce_dtype})
+    # data and tokenizer (placeholders from the environment)
+    library, kind = NEMO_TOKENIZERS.get(spec.family.tokenizer_type, ("huggingface", None))
+    o["model.tokenizer.library"] = library
+    if library == "huggingface":
+        o["model.tokenizer.type"] = spec.family.tokenizer_model
+    else:
+        o.update({"model.tokenizer.type": kind,
+                  "model.tokenizer.vocab_file": "${oc.env:VOCAB_FILE}",
+                  "model.tokenizer.merge_file": "${oc.env:MERGE_FILE}"})
+    o["model.data.data_prefix"] = "[1.0,${oc.env:DATA_PATH}]"
+    o["exp_manager.exp_dir"] = "${oc.env:CHECKPOINT_DIR}"
+    return o
+
+
+def nemo1_overrides(spec: LaunchSpec) -> list[str]:
+    """``key=value`` lines, ``+key=value`` for keys the base yaml lacks."""
+    return [f"{'+' if key in ADDED_KEYS else ''}{key}={_value(value)}"
+            for key, value in overrides_dict(spec).items()]
+
+
+def nemo1_text(spec: LaunchSpec) -> str:
+    """nemo_overrides.txt: comment header, one override per line."""
+    head = [f"# {line}" for line in spec.describe()]
+    head += ["# NeMo 1: composes with examples/nlp/language_modeling/conf/megatron_gpt_config.yaml;",
+             "# mapfile -t O < <(grep -v '^#' nemo_overrides.txt) && "
+             'python megatron_gpt_pretraining.py "${O[@]}"',
+             "# set DATA_PATH, CHECKPOINT_DIR (and VOCAB_FILE, MERGE_FILE for GPT-2 BPE)"]
+    return "\n".join(head + nemo1_overrides(spec)) + "\n"

@@ -1,0 +1,109 @@
+"""launch.sbatch: the run as a SLURM batch script.
+
+One task per GPU (``--ntasks-per-node`` = GPUs per node); every task gets the
+torch.distributed environment Megatron-LM reads (RANK, LOCAL_RANK, WORLD_SIZE
+from SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS; MASTER_ADDR = the first host of
+``scontrol show hostnames``), so the rendezvous works across nodes without
+torchrun. The program is a parameter: pretrain_gpt.py with the Megatron-LM
+arguments for users, the project's own profiling worker in the SLURM test, so
+the test runs the very template users get. Optional pyxis container flags.
+The script passes shellcheck (tests/test_launch_sbatch.py).
+"""
+
+import shlex
+
+from autoconfig.launch.megatron_lm import argument_arrays, shell_word
+from autoconfig.launch.spec import LaunchSpec
+
+MASTER_PORT = 6000
+MEGATRON_LM_DEFAULT = "/opt/megatron-lm"
+P2P_CHUNK_BYTES = 2097152
+
+
+def environment(spec: LaunchSpec) -> list[tuple[str, str, str]]:
+    """(variable, value, why) the job exports for this plan and stack."""
+    plan, gpu = spec.plan, spec.cluster.gpu.name
+    blackwell = gpu.startswith(("b200", "b300", "gb200", "gb300"))
+    if blackwell:
+        connections = "32"
+    elif plan.tp > 1 or plan.cp > 1:
+        connections = "1"
+    else:
+        connections = "8"
+    env = [("CUDA_DEVICE_MAX_CONNECTIONS", connections,
+            "one hardware queue keeps TP/CP communication ahead of the GEMMs it overlaps "
+            "(Megatron-LM asks for 1 with sequence parallelism; Megatron-Bridge "
+            "scripts/performance/utils/overrides.py: 1 for TP/CP > 1, 32 on Blackwell, else 8)")]
+    if plan.pp > 1:
+        env.append(("NCCL_P2P_NET_CHUNKSIZE", str(P2P_CHUNK_BYTES),
+                    "larger pipeline send chunks across nodes (Megatron-Bridge performance "
+                    "overrides for Llama 3 70B/405B pre-training with PP > 1)"))
+    if spec.tp_comm_overlap:
+        env.append(("NVTE_FWD_LAYERNORM_SM_MARGIN", "16",
+                    "leave SMs for the userbuffers TP overlap (Transformer Engine)"))
+        env.append(("NVTE_BWD_LAYERNORM_SM_MARGIN", "16",
+                    "leave SMs for the userbuffers TP overlap (Transformer Engine)"))
+    return env
+
+
+def _directives(spec: LaunchSpec, time_limit_min: int | None) -> list[str]:
+    c, s = spec.cluster, spec.slurm
+    lines = [f"#SBATCH --job-name={s.job_name}", f"#SBATCH --nodes={c.nodes}",
+             f"#SBATCH --ntasks-per-node={c.gpus_per_node}"]
+    if s.request_gpus:
+        lines += [f"#SBATCH --gpus-per-node={c.gpus_per_node}", "#SBATCH --exclusive"]
+    if time_limit_min:
+        lines.append(f"#SBATCH --time={time_limit_min // 60:02d}:{time_limit_min % 60:02d}:00")
+    for key in ("partition", "account", "qos"):
+        value = getattr(s, key)
+        if value:
+            lines.append(f"#SBATCH --{key}={value}")
+    return lines + ["#SBATCH --output=%x-%j.out"]
+
+
+def render_sbatch(spec: LaunchSpec, program: list[str] | None = None,
+                  program_args: list[str] | None = None) -> str:
+    """The batch script. Default program: ``python $MEGATRON_LM/pretrain_gpt.py`` with
+    the arrays of megatron_lm.argument_arrays; otherwise ``program program_args``."""
+    megatron = program is None
+    head = ["#!/bin/bash"] + _directives(spec, spec.slurm.time_limit_min)
+    head += [f"# {line}" for line in spec.describe()]
+    head += (["# Submit: sbatch launch.sbatch  (MOCK_DATA=1 sbatch launch.sbatch: synthetic data)"]
+             if megatron else [f"# Runs: {' '.join(program)} on every task"])
+    head += [
+             "# Set DATA_PATH (and VOCAB_FILE/MERGE_FILE for GPT-2 BPE), CHECKPOINT_DIR, LOG_DIR,",
+             f"# MEGATRON_LM (a Megatron-LM checkout, default {MEGATRON_LM_DEFAULT}) and",
+             "# CONTAINER_IMAGE (pyxis/enroot image; empty: run on the host).",
+             "set -euo pipefail", ""]
+    body = []
+    for name, value, why in environment(spec):
+        body += [f"# {why}", f"export {name}={value}"]
+    body += ["",
+             "# rendezvous: the first node of the allocation; each task sets its own rank below",
+             'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+             f'MASTER_PORT=${{MASTER_PORT:-{MASTER_PORT}}}',
+             "export MASTER_ADDR MASTER_PORT", ""]
+    if megatron:
+        body += [f'MEGATRON_LM="${{MEGATRON_LM:-{MEGATRON_LM_DEFAULT}}}"',
+                 'PROGRAM=(python "$MEGATRON_LM/pretrain_gpt.py")']
+        body += argument_arrays(spec)
+    else:
+        body += ["PROGRAM=(" + " ".join(shell_word(t) for t in program) + ")",
+                 "MEGATRON_ARGS=(" + " ".join(shlex.quote(t) for t in program_args or [])
+                 + ")"]
+    image = spec.slurm.container_image or ""
+    body += ["",
+             f'CONTAINER_IMAGE="${{CONTAINER_IMAGE:-{image}}}"',
+             "CONTAINER_ARGS=()",
+             'if [[ -n "$CONTAINER_IMAGE" ]]; then',
+             '    CONTAINER_ARGS=(--container-image "$CONTAINER_IMAGE"',
+             '                    --container-mounts "${CONTAINER_MOUNTS:-$PWD:$PWD}"',
+             '                    --container-workdir "$PWD")',
+             "fi", "",
+             "# one task per GPU; RANK/LOCAL_RANK/WORLD_SIZE come from SLURM inside each task",
+             "# shellcheck disable=SC2016  # the single-quoted variables expand in each task",
+             'srun --kill-on-bad-exit=1 "${CONTAINER_ARGS[@]}" bash -c \\',
+             "    'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS;"
+             ' exec "$@"\' \\',
+             '    task "${PROGRAM[@]}" "${MEGATRON_ARGS[@]}"']
+    return "\n".join(head + body) + "\n"

@@ -1,0 +1,260 @@
+"""The one description of a run that every launch target renders.
+
+``LaunchSpec`` is built once from a search result (the model, workload, plan,
+cluster and software stack the prediction assumed) and the base config (LR,
+schedule, init, token budget); megatron_lm.py, sbatch.py, bridge.py and
+nemo1.py only format it, so they cannot disagree with each other or with the
+prediction. Everything derived (samples, iterations, vocabulary padding, the
+FP8 recipe) is computed here, once.
+"""
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from autoconfig.base.config import BaseConfig, base_for_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import Plan, Workload, counts_embedding_and_loss, stage_layers
+from autoconfig.errors import CatalogError
+from autoconfig.heuristics import load_heuristics
+from autoconfig.training.stack import SoftwareFeatures, grad_reduce_dtype
+from autoconfig.yamlio import sourced_field
+
+MAX_VOCAB_DIVISOR = 1024
+"""Largest --make-vocab-size-divisible-by tried (Megatron's default is 128)."""
+BLACKWELL_PREFIXES = ("b200", "b300", "gb200", "gb300")
+
+
+@dataclass(frozen=True)
+class FamilyLaunch:
+    """What a launch needs about a model family beyond its shape (heuristics/launch.yaml)."""
+
+    tokenizer_type: str
+    """Megatron-LM --tokenizer-type."""
+    tokenizer_model: str
+    """Hugging Face tokenizer name (HuggingFaceTokenizer) or the vocabulary's origin."""
+    tokenizer_vocab_size: int
+    """Tokens of the real tokenizer, before Megatron pads it."""
+    rotary_base: int
+    bridge_recipe: str
+    """``module:function`` of the Megatron-Bridge recipe the NeMo 2 file starts from."""
+    placeholder: bool = False
+    """True when the family is unknown: NullTokenizer with the plan's vocabulary."""
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """Where and how long the job runs (the same options as profiling's)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit_min: int | None = None
+    container_image: str | None = None
+    """pyxis --container-image; None runs on the host."""
+    job_name: str = "autoconfig"
+    request_gpus: bool = True
+    """Emit #SBATCH --gpus-per-node (off only for CPU test clusters without GRES)."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Model, hyper-parameters, plan, workload, software and cluster of one run."""
+
+    model: ModelSpec
+    base: BaseConfig
+    """LR, schedule, optimizer, init and token budget."""
+    base_source: str
+    """Where ``base`` came from: a base.yaml path or autoconfig base's defaults."""
+    plan: Plan
+    workload: Workload
+    software: SoftwareFeatures
+    """Exactly the features the prediction assumed."""
+    stack: str
+    cluster: Cluster
+    family: FamilyLaunch
+    slurm: SlurmSettings = SlurmSettings()
+
+    # ---------------------------------------------------------- schedule
+    @property
+    def train_samples(self) -> int:
+        """Sequences to train on: the base config's steps at its own batch."""
+        return self.base.train_steps * self.base.global_batch_size
+
+    @property
+    def warmup_samples(self) -> int:
+        return self.base.lr_warmup_steps * self.base.global_batch_size
+
+    @property
+    def decay_samples(self) -> int:
+        return self.base.lr_decay_steps * self.base.global_batch_size
+
+    def iterations(self, samples: int) -> int:
+        """Optimizer steps at the plan's global batch (NeMo and Bridge count steps)."""
+        return math.ceil(samples / self.workload.global_batch_size)
+
+    @property
+    def train_iters(self) -> int:
+        return self.iterations(self.train_samples)
+
+    @property
+    def warmup_iters(self) -> int:
+        return self.iterations(self.warmup_samples)
+
+    @property
+    def decay_iters(self) -> int:
+        return self.iterations(self.decay_samples)
+
+    # ---------------------------------------------------------- model
+    @property
+    def vocab_divisor(self) -> int:
+        """--make-vocab-size-divisible-by that pads the tokenizer to the plan's vocabulary."""
+        return vocab_divisor(self.family.tokenizer_vocab_size, self.model.vocab_size, self.plan.tp)
+
+    @property
+    def padded_vocab(self) -> int:
+        """What Megatron pads the tokenizer to (tokenizer.py _vocab_size_with_padding)."""
+        multiple = self.vocab_divisor * self.plan.tp
+        return math.ceil(self.family.tokenizer_vocab_size / multiple) * multiple
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        return stage_layers(self.model.num_layers, self.plan)
+
+    @property
+    def embedding_and_loss_split(self) -> bool:
+        """The plan's split is the one that counts the embedding and the loss as one
+        layer each (Megatron --account-for-embedding/loss-in-pipeline-split)."""
+        p = self.plan
+        return bool(p.first_stage_layers and p.last_stage_layers and counts_embedding_and_loss(
+            self.model.num_layers, p.pp, p.first_stage_layers, p.last_stage_layers))
+
+    @property
+    def recompute_num_layers(self) -> int:
+        """Megatron --recompute-num-layers: the plan's 0 (every layer) is 1 per group
+        for uniform and, for block, every layer of the largest model chunk (Megatron
+        counts block recompute per chunk: a stage's layers / VP)."""
+        plan = self.plan
+        if plan.recompute_num_layers:
+            return plan.recompute_num_layers
+        if plan.recompute_method == "uniform":
+            return 1
+        return math.ceil(max(self.stage_layers) / plan.vp)
+
+    @property
+    def fp8_recipe(self) -> str | None:
+        """Megatron-LM --fp8-recipe for the GPU generation (None for bf16)."""
+        if self.workload.precision != "fp8":
+            return None
+        key = ("blackwell" if self.cluster.gpu.name.startswith(BLACKWELL_PREFIXES)
+               else "hopper")
+        return str(_launch_data()["fp8_recipe"][key]["value"])
+
+    @property
+    def fp8_format(self) -> str | None:
+        """hybrid (E4M3 forward, E5M2 gradients) for tensorwise scaling; MXFP8 is E4M3."""
+        recipe = self.fp8_recipe
+        return None if recipe is None else ("e4m3" if recipe == "mxfp8" else "hybrid")
+
+    @property
+    def grad_reduce_dtype(self) -> str:
+        return grad_reduce_dtype(self.software)
+
+    @property
+    def overlap_param_gather(self) -> bool:
+        """Megatron allows it only with the distributed optimizer and overlapped grad reduce."""
+        return (self.software.overlap_param_gather and self.software.overlap_grad_reduce
+                and self.plan.distributed_optimizer)
+
+    @property
+    def tp_comm_overlap(self) -> bool:
+        """Userbuffers overlap needs TP > 1 with sequence parallelism."""
+        return self.software.tp_comm_overlap and self.plan.tp > 1 and self.plan.sp
+
+    @property
+    def attention_backend(self) -> str:
+        """Megatron-LM --attention-backend for the attention the prediction assumed."""
+        if not self.software.flash_attention:
+            return "unfused"
+        return "flash" if self.software.attention_kernel == "llm-foundry" else "fused"
+
+    def describe(self) -> list[str]:
+        """Comment lines shared by every target's header."""
+        m, c = self.model, self.cluster
+        return [f"autoconfig: {m.name} on {c.nodes} x {c.gpus_per_node} {c.gpu.name}, "
+                f"stack {self.stack}",
+                f"hyper-parameters: {self.base_source}",
+                f"schedule: {self.train_samples} samples ({self.base.tokens:.4g} tokens), "
+                f"lr {self.base.lr:.4g} -> {self.base.min_lr:.4g} {self.base.lr_decay_style}, "
+                f"warm-up {self.warmup_samples} samples, decay {self.decay_samples} samples"]
+
+
+def vocab_divisor(tokenizer_vocab: int, plan_vocab: int, tp: int) -> int:
+    """The largest power of two d (<= MAX_VOCAB_DIVISOR) for which Megatron pads
+    ``tokenizer_vocab`` to exactly ``plan_vocab`` (a multiple of d * tp); 1 when none
+    does (then the padded vocabulary differs from the plan's, and the header says so)."""
+    d = MAX_VOCAB_DIVISOR
+    while d >= 1:
+        multiple = d * tp
+        if math.ceil(tokenizer_vocab / multiple) * multiple == plan_vocab:
+            return d
+        d //= 2
+    return 1
+
+
+@lru_cache(maxsize=1)
+def _launch_data() -> dict:
+    return load_heuristics("launch")
+
+
+def family_launch(model: ModelSpec) -> FamilyLaunch:
+    """The family's tokenizer, RoPE base and recipe; a NullTokenizer placeholder
+    with the plan's vocabulary for families not in heuristics/launch.yaml."""
+    data = _launch_data()
+    where = "heuristics/launch.yaml"
+    entry = (data.get("families") or {}).get(model.family)
+    recipe_entry = (data.get("recipes_by_model") or {}).get(model.name)
+    if entry is None:
+        fallback, _ = sourced_field(data, "fallback_bridge_recipe", where)
+        return FamilyLaunch(tokenizer_type="NullTokenizer", tokenizer_model="none",
+                            tokenizer_vocab_size=model.vocab_size, rotary_base=10000,
+                            bridge_recipe=str(fallback), placeholder=True)
+    values = {key: sourced_field(entry, key, f"{where} families.{model.family}")[0]
+              for key in ("tokenizer_type", "tokenizer_model", "tokenizer_vocab_size",
+                          "rotary_base", "bridge_recipe")}
+    if recipe_entry is not None:
+        values["bridge_recipe"] = sourced_field(data["recipes_by_model"], model.name, where)[0]
+    if ":" not in str(values["bridge_recipe"]):
+        raise CatalogError(f"{where}: bridge_recipe {values['bridge_recipe']!r} must be "
+                           "'module:function'")
+    return FamilyLaunch(tokenizer_type=str(values["tokenizer_type"]),
+                        tokenizer_model=str(values["tokenizer_model"]),
+                        tokenizer_vocab_size=int(values["tokenizer_vocab_size"]),
+                        rotary_base=int(values["rotary_base"]),
+                        bridge_recipe=str(values["bridge_recipe"]))
+
+
+def launch_spec(model: ModelSpec, workload: Workload, plan: Plan, cluster: Cluster, *,
+                software: SoftwareFeatures = SoftwareFeatures(), stack: str = "megatron-lm",
+                base: BaseConfig | None = None, base_path: str | None = None,
+                slurm: SlurmSettings = SlurmSettings()) -> LaunchSpec:
+    """Build the spec once; without ``base`` use ``autoconfig base``'s defaults for
+    the model and say so in ``base_source``."""
+    if base is None:
+        base = base_for_model(model, workload.precision)
+        source = (f"autoconfig base defaults for {model.name} (no --base given: "
+                  "Chinchilla tokens, GPT-3 LR table and schedule)")
+    else:
+        source = f"base config {base_path}" if base_path else "base config (given)"
+    return LaunchSpec(model=model, base=base, base_source=source, plan=plan, workload=workload,
+                      software=software, stack=stack, cluster=cluster,
+                      family=family_launch(model), slurm=slurm)
+
+
+def spec_from_result(result, *, base: BaseConfig | None = None, base_path: str | None = None,
+                     slurm: SlurmSettings = SlurmSettings()) -> LaunchSpec:
+    """The spec of a search's best plan (``autoconfig.training.search.SearchResult``)."""
+    return launch_spec(result.model, result.workload, result.best, result.cluster,
+                       software=result.software, stack=result.stack, base=base,
+                       base_path=base_path, slurm=slurm)

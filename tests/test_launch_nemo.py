@@ -1,0 +1,250 @@
+"""NeMo 1 overrides and the Megatron-Bridge (NeMo 2) recipe file.
+
+NeMo 1: the overrides are composed the way Hydra does against NeMo's
+megatron_gpt_config.yaml, recorded in tests/data with its commit: a plain key
+must exist in the yaml, a ``+`` key must not (Hydra fails otherwise), and the
+composed config must carry the plan, shape and schedule.
+
+Megatron-Bridge: its package needs Transformer Engine at import time
+(megatron/bridge/peft/lora_layers.py), which has no CPU build, so the recipe
+file is checked statically: every ``cfg.section.field = value`` against the
+fields recorded from the Megatron-Bridge and Megatron-LM sources
+(tests/data/megatron_bridge_fields.json), the recipe function and the
+mixed-precision recipe against what Megatron-Bridge exports; then the file's
+``autoconfig_config()`` runs on stand-in objects and the values are compared
+with the plan and base config.
+"""
+
+import ast
+import math
+import sys
+import types
+
+import pytest
+import yaml
+
+from autoconfig.launch.bridge import bridge_text
+from autoconfig.launch.nemo1 import nemo1_overrides, nemo1_text
+from launch_cases import CASES, DATA, case_spec, recorded
+
+MISSING = object()
+
+
+def nemo_base() -> dict:
+    return yaml.safe_load((DATA / "nemo1_megatron_gpt_config.yaml").read_text())
+
+
+def _get(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def compose(base: dict, overrides: list[str]) -> dict:
+    """Hydra's rules for ``key=v`` (key must exist), ``+key=v`` (must not), ``++key=v``."""
+    cfg = yaml.safe_load(yaml.safe_dump(base))
+    for line in overrides:
+        key, _, text = line.partition("=")
+        prefix = "++" if key.startswith("++") else "+" if key.startswith("+") else ""
+        key = key[len(prefix):]
+        exists = _get(cfg, key) is not MISSING
+        if prefix == "" and not exists:
+            raise KeyError(f"Could not override '{key}': not in the base config (needs '+')")
+        if prefix == "+" and exists:
+            raise KeyError(f"Could not append to config. An item is already at '{key}'")
+        _set(cfg, key, hydra_value(text))
+    return cfg
+
+
+def hydra_value(text: str):
+    """A Hydra override value: null/true/false, int, float (``6e-05`` too, unlike
+    YAML 1.1), ``[a,b]`` lists, interpolations and other text as strings."""
+    if text.startswith("[") and text.endswith("]"):
+        return [hydra_value(item) for item in text[1:-1].split(",")] if text != "[]" else []
+    lowered = text.lower()
+    if lowered in ("null", "true", "false"):
+        return {"null": None, "true": True, "false": False}[lowered]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def test_recorded_nemo_yaml_is_sourced():
+    first = (DATA / "nemo1_megatron_gpt_config.yaml").read_text().splitlines()[0]
+    assert "NVIDIA/NeMo/blob/8cfedd7203462cb251a914e700e5605444277561" in first
+    with pytest.raises(KeyError):
+        compose(nemo_base(), ["model.context_parallel_size=2"])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nemo1_overrides_compose_and_match(name):
+    spec = case_spec(name)
+    cfg = compose(nemo_base(), nemo1_overrides(spec))
+    model, m, p, w, b = cfg["model"], spec.model, spec.plan, spec.workload, spec.base
+    assert cfg["trainer"]["num_nodes"] == spec.cluster.nodes
+    assert cfg["trainer"]["devices"] == spec.cluster.gpus_per_node
+    assert (model["num_layers"], model["hidden_size"], model["ffn_hidden_size"],
+            model["num_attention_heads"]) == (m.num_layers, m.hidden_size, m.ffn_hidden_size,
+                                              m.num_heads)
+    assert model["num_query_groups"] == (m.num_kv_heads if m.num_kv_heads != m.num_heads
+                                         else None)
+    assert model["activation"] == ("swiglu" if m.mlp_kind == "swiglu" else "gelu")
+    assert model["normalization"] == m.norm_kind and model["bias"] == m.has_bias
+    assert model["share_embeddings_and_output_weights"] == m.tied_embeddings
+    assert model["encoder_seq_length"] == w.seq_len
+    if m.position_embedding == "rope":
+        assert model["position_embedding_type"] == "rope"
+        assert model["rotary_base"] == spec.family.rotary_base
+    assert model["hidden_dropout"] == m.hidden_dropout
+    assert model["init_method_std"] == pytest.approx(b.init_method_std, rel=1e-5)
+    multiple = model["make_vocab_size_divisible_by"] * p.tp
+    assert math.ceil(spec.family.tokenizer_vocab_size / multiple) * multiple == m.vocab_size
+    assert (model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"],
+            model["context_parallel_size"], model["sequence_parallel"],
+            model["micro_batch_size"], model["global_batch_size"]) == \
+        (p.tp, p.pp, p.cp, p.sp, p.mbs, w.global_batch_size)
+    assert (model["virtual_pipeline_model_parallel_size"] or 1) == p.vp
+    assert model["activations_checkpoint_granularity"] == (None if p.recompute == "none"
+                                                           else p.recompute)
+    if spec.embedding_and_loss_split:
+        assert model["account_for_embedding_in_pipeline_split"] is True
+    elif p.first_stage_layers:
+        assert model["num_layers_in_first_pipeline_stage"] == p.first_stage_layers
+    # Transformer Engine where fp8 or CP needs it (always, here)
+    assert model["transformer_engine"] is True
+    assert model["fp8"] == (w.precision == "fp8")
+    optim = model["optim"]
+    assert optim["name"] == ("distributed_fused_adam" if p.distributed_optimizer
+                             else "fused_adam")
+    assert optim["lr"] == pytest.approx(b.lr, rel=1e-5)
+    assert optim["weight_decay"] == b.weight_decay
+    assert optim["betas"] == [b.adam_beta1, b.adam_beta2]
+    assert optim["sched"]["name"] == "CosineAnnealing"
+    assert optim["sched"]["min_lr"] == pytest.approx(b.min_lr, rel=1e-5)
+    assert optim["sched"]["warmup_steps"] == spec.warmup_iters > 0
+    assert cfg["trainer"]["max_steps"] == spec.train_iters
+    assert optim["sched"]["constant_steps"] == spec.train_iters - spec.decay_iters
+    assert cfg["trainer"]["gradient_clip_val"] == b.clip_grad
+
+
+def test_nemo1_text_lines_are_the_overrides():
+    spec = case_spec("llama3-8b-fp8-cp")
+    lines = [line for line in nemo1_text(spec).splitlines() if not line.startswith("#")]
+    assert lines == nemo1_overrides(spec)
+    assert "+model.context_parallel_size=2" in lines
+
+
+# ------------------------------------------------------------ Megatron-Bridge
+
+
+def bridge_assignments(text: str) -> list[tuple[str, str]]:
+    """(section, field) of every ``cfg.section.field = ...`` in the file."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
+                        and isinstance(target.value.value, ast.Name)
+                        and target.value.value.id == "cfg"):
+                    out.append((target.value.attr, target.attr))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bridge_recipe_fields_exist(name):
+    spec = case_spec(name)
+    text = bridge_text(spec)
+    data = recorded("megatron_bridge_fields.json")
+    fields = data["sections"]
+    unknown = [f"{s}.{f}" for s, f in bridge_assignments(text) if f not in fields.get(s, ())]
+    assert not unknown, f"fields Megatron-Bridge does not have: {unknown}"
+    module, function = spec.family.bridge_recipe.split(":")
+    assert function in data["recipes"][module]
+    tree = ast.parse(text)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", "") == "get_mixed_precision_config"]
+    assert calls and calls[0].args[0].value in data["mixed_precision_recipes"]
+
+
+class _Section(types.SimpleNamespace):
+    pass
+
+
+def _run_bridge(text: str, monkeypatch) -> types.SimpleNamespace:
+    """Run autoconfig_config() with stand-ins for the Megatron-Bridge imports."""
+    cfg = types.SimpleNamespace(**{s: _Section() for s in (
+        "model", "train", "scheduler", "optimizer", "ddp", "dataset", "tokenizer",
+        "checkpoint", "mixed_precision", "comm_overlap")})
+    stubs = {}
+
+    def module(name, **attrs):
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        stubs[name] = mod
+    recipe_names = {n.names[0].name: n.module for n in ast.walk(ast.parse(text))
+                    if isinstance(n, ast.ImportFrom) and n.module
+                    and n.module.startswith("megatron.bridge.recipes")}
+    for fn, mod in recipe_names.items():
+        module(mod, **{fn: lambda: cfg})
+    module("megatron.bridge.training.comm_overlap",
+           CommOverlapConfig=lambda **kw: _Section(**kw))
+    module("megatron.bridge.training.gpt_step", forward_step=None)
+    module("megatron.bridge.training.mixed_precision",
+           get_mixed_precision_config=lambda name: _Section(name=name))
+    module("megatron.bridge.training.pretrain", pretrain=None)
+    for name, mod in stubs.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setenv("DATA_PATH", "/data/my_text_document")
+    namespace = {"__name__": "bridge_recipe"}
+    exec(compile(text, "bridge_recipe.py", "exec"), namespace)   # noqa: S102 - our own output
+    return namespace["autoconfig_config"]()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bridge_recipe_values_match(name, monkeypatch):
+    pytest.importorskip("megatron.core")
+    spec = case_spec(name)
+    cfg = _run_bridge(bridge_text(spec), monkeypatch)
+    m, p, w, b = spec.model, spec.plan, spec.workload, spec.base
+    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.ffn_hidden_size,
+            cfg.model.num_attention_heads, cfg.model.num_query_groups) == \
+        (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_heads, m.num_kv_heads)
+    assert cfg.model.gated_linear_unit == (m.mlp_kind == "swiglu")
+    assert (cfg.model.tensor_model_parallel_size, cfg.model.pipeline_model_parallel_size,
+            cfg.model.context_parallel_size, cfg.model.sequence_parallel) == \
+        (p.tp, p.pp, p.cp, p.sp)
+    assert (cfg.model.virtual_pipeline_model_parallel_size or 1) == p.vp
+    if spec.embedding_and_loss_split:
+        assert cfg.model.account_for_embedding_in_pipeline_split is True
+    else:
+        assert (cfg.model.num_layers_in_first_pipeline_stage or 0) == p.first_stage_layers
+    assert (cfg.train.global_batch_size, cfg.train.micro_batch_size) == \
+        (w.global_batch_size, p.mbs)
+    assert cfg.train.train_iters == spec.train_iters
+    assert cfg.scheduler.lr_warmup_iters == spec.warmup_iters > 0
+    assert cfg.scheduler.lr_decay_style == "cosine"
+    assert cfg.optimizer.lr == pytest.approx(b.lr, rel=1e-5)
+    assert cfg.optimizer.min_lr == pytest.approx(b.min_lr, rel=1e-5)
+    assert (cfg.optimizer.adam_beta2, cfg.optimizer.weight_decay) == (b.adam_beta2,
+                                                                      b.weight_decay)
+    assert cfg.model.init_method_std == pytest.approx(b.init_method_std, rel=1e-5)
+    assert cfg.ddp.overlap_grad_reduce == spec.software.overlap_grad_reduce
+    assert cfg.comm_overlap.tp_comm_overlap == spec.tp_comm_overlap
+    assert ("fp8" in cfg.mixed_precision.name) == (w.precision == "fp8")
+    assert cfg.dataset.blend == (["/data/my_text_document"], None)
+    if m.family == "llama3":
+        assert cfg.model.rotary_base == 500000
