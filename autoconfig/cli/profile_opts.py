@@ -7,14 +7,17 @@ is ``autoconfig.profiling.sweep.run_profiling``.
 
 import click
 
-from autoconfig.profiling import launch
+from autoconfig.errors import InputError
+from autoconfig.profiling import executors
+from autoconfig.profiling.launch import LaunchOptions
 from autoconfig.profiling.rank import OBJECTIVES
 from autoconfig.profiling.select import DEFAULT_TOP_K
+from autoconfig.profiling.spec import DEVICES
 from autoconfig.profiling.sweep import ProfileOptions
 
-_KEYS = ("profile", "device", "executor", "top_k", "max_steps", "warmup_steps", "max_minutes",
-         "max_parallel", "partition", "account", "qos", "time_limit", "slurm_extra", "dry_run",
-         "resume", "profile_objective")
+_SWEEP_KEYS = ("profile", "top_k", "max_steps", "warmup_steps", "dry_run", "resume",
+               "profile_objective")
+_LAUNCH_KEYS = ("device", "executor", "max_minutes", "max_parallel", "time_limit")
 
 
 def profile_options(func):
@@ -24,11 +27,11 @@ def profile_options(func):
         click.option("--profile/--no-profile", default=False, show_default=True,
                      help="Prove the prediction: run short real megatron-core jobs for the "
                           "top plans and rank them by what they measured."),
-        click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda",
+        click.option("--device", type=click.Choice(DEVICES), default="cuda",
                      show_default=True,
                      help="cpu runs a scaled-down proxy of the model on CPU (gloo): it proves "
                           "plans run and ranks them, but its figures are not GPU figures."),
-        click.option("--executor", type=click.Choice(launch.EXECUTORS), default="local",
+        click.option("--executor", type=click.Choice(executors.names()), default="local",
                      show_default=True, help="Where jobs run: local processes or SLURM."),
         click.option("--top-k", type=int, default=DEFAULT_TOP_K, show_default=True,
                      help="Plans to profile: the predicted best plus diverse layouts."),
@@ -62,12 +65,24 @@ def profile_options(func):
 
 
 def pop_profile_options(kwargs: dict) -> ProfileOptions:
-    """Take the profiling flags out of a click command's kwargs."""
-    values = {k: kwargs.pop(k) for k in _KEYS if k in kwargs}
-    if "slurm_extra" in values:
-        values["slurm_extra"] = tuple(values["slurm_extra"] or ())
-    values = {k: v for k, v in values.items() if v is not None or k in ("partition", "account",
-                                                                         "qos", "time_limit", "resume")}
-    return ProfileOptions(**values)
-
-
+    """Take the profiling flags out of a click command's kwargs: the sweep's
+    own, the shared launch options, and the chosen executor's options (built
+    by its ``Options.from_flags``; other executors' flags are ignored)."""
+    sweep = {k: kwargs.pop(k) for k in _SWEEP_KEYS if k in kwargs}
+    flags = {k: kwargs.pop(k) for k in _LAUNCH_KEYS if k in kwargs}
+    backend_flags = {flag: kwargs.pop(flag) for name in executors.names()
+                     for flag in executors.get(name).Options.FLAGS if flag in kwargs}
+    backend_flags = {k: v for k, v in backend_flags.items() if v is not None}
+    for name in ("max_minutes", "max_parallel", "time_limit"):
+        if sweep.get("profile") and flags.get(name) is not None and flags[name] < 1:
+            unit = " minute" if name == "time_limit" else ""
+            raise InputError(f"invalid --{name.replace('_', '-')} {flags[name]}: must be >= 1{unit}")
+    executor = executors.get(flags.get("executor", "local"))
+    wanted = {k: v for k, v in backend_flags.items() if k in executor.Options.FLAGS}
+    time_limit = flags.get("time_limit") or flags.get("max_minutes") or 10
+    launch = LaunchOptions(executor=executor.name, device=flags.get("device", "cuda"),
+                           time_limit_min=max(1, time_limit),
+                           max_parallel=max(1, flags.get("max_parallel") or 4),
+                           backend=executor.Options.from_flags(**wanted))
+    return ProfileOptions(launch=launch, **{k: v for k, v in sweep.items() if v is not None or
+                                            k == "resume"})
