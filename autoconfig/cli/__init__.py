@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        # one line: click lists choices on lines of their own
+        click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.Abort:
         click.echo("error: interrupted", err=True)

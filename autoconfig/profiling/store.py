@@ -30,6 +30,8 @@ PLANS_FILE = "plans.csv"
 RESULTS_FILE = "results.jsonl"
 META_FILE = "meta.json"
 LOCK_FILE = ".lock"
+PROFILE_SUBDIR = "profile"
+"""Where a search's --profile run keeps its results, inside the output folder."""
 
 FINAL_STATUSES = ("ok", "oom", "error", "timeout")
 """Outcomes that belong to the plan itself. ``cancelled`` and ``node_fail``
@@ -79,7 +81,7 @@ def append_record(out_dir: Path, record: dict) -> None:
     """Append one record as one line: a single write, flushed and fsync'ed."""
     line = json.dumps(record, sort_keys=False, default=_json_default) + "\n"
     path = out_dir / RESULTS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
     try:
         os.write(fd, line.encode())
         os.fsync(fd)
@@ -179,7 +181,7 @@ def _acquire(path: Path) -> None:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for _ in range(3):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             holder = _read_lock(path)
             if not holder:   # just created by another sweep, not written yet?

@@ -26,7 +26,7 @@ from autoconfig.profiling.launch import LaunchOptions
 from autoconfig.profiling.report import CPU_NOTE, write_report
 from autoconfig.profiling.select import DEFAULT_TOP_K, select_plans
 
-PROFILE_SUBDIR = "profile"
+PROFILE_SUBDIR = store.PROFILE_SUBDIR
 WORKER_MODULES = {"torch": "torch", "megatron.core": "megatron-core"}
 """What the profiling worker imports (module -> distribution), on every device."""
 INSTALL_HINT = ("pip install 'autoconfig[profile]' (CPU only: pip install torch==2.13.0 "
