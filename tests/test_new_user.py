@@ -114,3 +114,27 @@ def test_catalog_without_a_kind_is_one_line_listing_the_kinds(tmp_path):
     proc = _autoconfig(["catalog"], tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "gpus|models" in proc.stderr, proc.stderr
+
+
+def test_summary_separates_never_valid_layouts_from_memory_rejections(tmp_path):
+    out = tmp_path / "out"
+    proc = _autoconfig(["search", "--model", "llama3-8b", "--gpu", "a100-80gb", "--nodes", "1",
+                        "--gpus-per-node", "8", "-o", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = (out / "report.md").read_text()
+    for text in (proc.stdout, report):
+        assert "never valid (layout rules)" in text and "rejected for memory" in text
+        assert "never valid: dp not integral" in text
+        assert "rejected for memory: exceeds memory" in text
+
+
+def test_best_yaml_leaves_out_fields_that_do_not_apply(tmp_path):
+    import yaml
+
+    out = tmp_path / "out"
+    proc = _autoconfig([*TINY, "--recompute", "none", "--vp", "1", "-o", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    plan = yaml.safe_load((out / "best.yaml").read_text())["plan"]
+    assert plan["recompute"] == "none"
+    assert "recompute_method" not in plan and "recompute_num_layers" not in plan
+    assert "vp" not in plan
