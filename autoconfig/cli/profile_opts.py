@@ -74,7 +74,7 @@ def pop_profile_options(kwargs: dict) -> ProfileOptions:
                      for flag in executors.get(name).Options.FLAGS if flag in kwargs}
     backend_flags = {k: v for k, v in backend_flags.items() if v is not None}
     for name in ("max_minutes", "max_parallel", "time_limit"):
-        if sweep.get("profile") and flags.get(name) is not None and flags[name] < 1:
+        if flags.get(name) is not None and flags[name] < 1:
             unit = " minute" if name == "time_limit" else ""
             raise InputError(f"invalid --{name.replace('_', '-')} {flags[name]}: must be >= 1{unit}")
     executor = executors.get(flags.get("executor", "local"))

@@ -49,8 +49,6 @@ class ProfileOptions:
     profile_objective: str = "throughput"
 
     def __post_init__(self) -> None:
-        if not self.profile:
-            return   # the flags do nothing without --profile
         for name in ("top_k", "max_steps"):
             if getattr(self, name) < 1:
                 raise InputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
