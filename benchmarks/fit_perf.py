@@ -5,7 +5,7 @@ efficiency per GPU generation (ampere, hopper, blackwell), the GEMM size
 factor, the elementwise-traffic factor, the FP8 GEMM speed-up (bounded by
 the datasheet ratio 2.0) and the per-layer per-micro-batch fixed cost of two
 frameworks: Megatron-DeepSpeed (only the BLOOM S10 rows, the one source run
-with it, inform it) and llm-foundry/FSDP (only the S09 rows), and the attention
+with it, inform it) and pytorch-fsdp (only the S09 rows), and the attention
 efficiency of llm-foundry's kernel on A100 and H100 (``ATTENTION``; the S09 rows
 of 4K-65K tokens are where attention dominates). The loss is
 the mean squared log ratio of predicted to measured figure, averaged per
@@ -37,7 +37,7 @@ from autoconfig.validation.scoring import default_runs_path, evaluate_rows
 
 GENERATIONS = ("ampere", "hopper", "blackwell")
 SCALARS = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup")
-OVERHEADS = ("megatron-deepspeed", "llm-foundry/FSDP")
+OVERHEADS = ("megatron-deepspeed", "pytorch-fsdp")
 """Frameworks whose per-layer per-micro-batch cost are free constants."""
 ATTENTION = (("llm-foundry", "ampere"), ("llm-foundry", "hopper"))
 """(kernel, generation) attention efficiencies, the last free constants: llm-foundry's

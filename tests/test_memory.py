@@ -11,6 +11,7 @@ from autoconfig.training.activations import (chunks_in_flight, layer_activation_
                                     layer_stored_widths)
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import CatalogError, InputError
+from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.training.memory import (allocated_bytes, distributed_optimizer_bytes_per_param,
                                fits, load_constants, memory_breakdown, stage_breakdown,
                                stage_params, usable_bytes)
@@ -129,7 +130,7 @@ def test_korthikanti_figure1_values(name, layers, h, a, t, p, vp, b, states, bas
     assert float(sp_selective) * layers_held / GIB == pytest.approx(sp_sel, rel=1e-12)
     # The stage's exact parameter count (with norms, biases) is within 0.1% of 12 h^2 L/(p t).
     bare = replace(m, has_bias=False, position_embedding="rope")
-    exact = stage_params(bare, t, p, "last") - m.vocab_size * h / t
+    exact = stage_params(bare, t, layers / p, "last", p == 1) - m.vocab_size * h / t
     assert float(exact) == pytest.approx(layer_weights * layers / (p * t), rel=1e-3)
 
 
@@ -150,7 +151,7 @@ def test_breakdown_states_follow_the_table_and_shard_over_dp_times_cp() -> None:
     m = get_model("gpt3", "175b")
     plans = [Plan(tp=8, pp=8, dp=4, cp=2, distributed_optimizer=flag) for flag in (False, True)]
     b = stage_breakdown(m, Workload(512, 2048), PlanTable.from_plans(plans), "first")
-    params = stage_params(m, 8, 8, "first")
+    params = stage_params(m, 8, m.num_layers / 8, "first", False)
     per_param = (b.weights_bytes + b.gradients_bytes + b.optimizer_bytes) / params
     assert per_param[0] == pytest.approx(18)
     assert per_param[1] == pytest.approx(6 + 12 / 8)
@@ -225,8 +226,9 @@ WORKLOAD = Workload(256, 8192)
 GPU = get_gpu("h100-80gb")
 
 
-def _memory(plans: list[Plan], **kw):
-    return memory_breakdown(MODEL, WORKLOAD, PlanTable.from_plans(plans), GPU, **kw)
+def _memory(plans: list[Plan], flash_attention: bool = True, **kw):
+    return memory_breakdown(MODEL, WORKLOAD, PlanTable.from_plans(plans),
+                            software=SoftwareFeatures(flash_attention=flash_attention), **kw)
 
 
 @pytest.mark.parametrize("flash", [True, False])
@@ -250,11 +252,13 @@ def test_full_le_selective_le_none(flash) -> None:
 
 def test_more_tp_or_pp_never_raises_weight_memory() -> None:
     for pp in (1, 2, 4, 8):
-        w = [stage_params(MODEL, tp, pp, s) for tp in (1, 2, 4, 8) for s in ("first", "last")]
+        w = [stage_params(MODEL, tp, MODEL.num_layers / pp, s, pp == 1)
+             for tp in (1, 2, 4, 8) for s in ("first", "last")]
         w = np.array(w).reshape(4, 2)
         assert np.all(np.diff(w, axis=0) < 0)
     for tp in (1, 2, 4, 8):
-        w = np.array([[stage_params(MODEL, tp, pp, s) for s in ("first", "last")]
+        w = np.array([[stage_params(MODEL, tp, MODEL.num_layers / pp, s, pp == 1)
+                       for s in ("first", "last")]
                       for pp in (1, 2, 4, 8)])
         assert np.all(np.diff(w, axis=0) < 0)
     plans = _grid()

@@ -255,7 +255,7 @@ def test_shipped_layer_overhead_only_for_non_megatron_core_frameworks():
     constants = load_constants()
     assert constants.layer_overhead_s.get("megatron-core", 0.0) == 0.0
     assert constants.layer_overhead_s["megatron-deepspeed"] > 0.0
-    assert constants.layer_overhead_s["llm-foundry/FSDP"] > 0.0
+    assert constants.layer_overhead_s["pytorch-fsdp"] > 0.0
     unknown = one(plan(), software=SoftwareFeatures(framework="other"))["step_time_s"]
     assert unknown == pytest.approx(one(plan())["step_time_s"])
 

@@ -55,7 +55,8 @@ def test_ranking_is_by_step_time_and_every_plan_fits(gpt3_result) -> None:
     table = gpt3_result.table
     assert np.all(np.diff(table.step_time_s.to_numpy()) >= 0)
     assert list(table["rank"]) == list(range(1, len(table) + 1))
-    mem = memory.memory_breakdown(gpt3_result.model, gpt3_result.workload, gpt3_result.plans, A100)
+    mem = memory.memory_breakdown(gpt3_result.model, gpt3_result.workload, gpt3_result.plans,
+                                  software=gpt3_result.software)
     assert memory.fits(mem, A100).all()
     assert np.allclose(mem.total_bytes / 2 ** 30, table.memory_gib)
     assert len(table) == gpt3_result.feasible == len(gpt3_result.plans)

@@ -165,7 +165,7 @@ def test_llm_foundry_rows_are_pure_fsdp_plans(runs):
     p = big.plan
     assert (p.tp, p.pp, p.cp, p.dp, p.mbs, p.recompute) == (1, 1, 1, 512, 8, "full")
     assert p.distributed_optimizer
-    assert big.software.framework == "llm-foundry/FSDP"
+    assert big.software.framework == "pytorch-fsdp"
     assert big.software.param_gathers_per_microbatch == 2
     assert big.software.grad_reduce_bytes == 4  # Composer mixed_precision DEFAULT: fp32 reduce
     assert big.measure == "tokens_per_s_per_gpu" and big.measured == 1007

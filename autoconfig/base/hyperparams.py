@@ -5,6 +5,7 @@ sequences rounded to a granule that common data-parallel sizes divide."""
 import math
 from dataclasses import dataclass
 
+from autoconfig.core.model import ModelSpec, total_params
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import heuristic, sourced_table
 
@@ -113,3 +114,13 @@ def init_std(hidden: int, numerator: float) -> float:
 
 def steps_for(tokens: float, tokens_per_step: int) -> int:
     return max(1, math.ceil(tokens / tokens_per_step))
+
+
+def default_global_batch_size(model: ModelSpec, seq_len: int) -> int:
+    """The batch `autoconfig base` chooses: the model's published batch where its
+    catalog file states one, else the GPT-3 paper's batch tokens by model size
+    in sequences of seq_len."""
+    published = published_batch(model, seq_len)
+    if published is not None:
+        return published
+    return heuristic_global_batch_size(total_params(model), seq_len)

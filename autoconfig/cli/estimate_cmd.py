@@ -9,40 +9,16 @@ import json
 import click
 from tabulate import tabulate
 
+from autoconfig.cli.options import model_options, pop_software, stack_options
 from autoconfig.core import catalog
-from autoconfig.cli.search_cmd import (DEFAULT_GPU, gpus_per_node_for, model_options,
-                                       resolve_model)
-from autoconfig.errors import InputError
+from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import cluster_from_gpus
-from autoconfig.training.memory import usable_bytes
-from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
-                             Workload, describe_plan)
-from autoconfig.training.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
-from autoconfig.training.space import check_plan, dp_for
-
-
-def estimate_plan(model, workload, cluster, plan) -> dict:
-    """Predictions for one plan as a JSON-ready dict."""
-    check_plan(model, workload, cluster, plan)
-    table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]))
-    row = table.iloc[0]
-    return {
-        "model": model.name, "gpu": cluster.gpu.name, "gpus": cluster.num_gpus,
-        "nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
-        "global_batch_size": workload.global_batch_size, "seq_len": workload.seq_len,
-        "precision": workload.precision,
-        "plan": plan.to_dict(),
-        "micro_batches": int(row.micro_batches),
-        "step_time_s": float(row.step_time_s),
-        "tokens_per_s_per_gpu": float(row.tokens_per_s_per_gpu),
-        "tflops_per_gpu": float(row.tflops_per_gpu),
-        "mfu": float(row.mfu),
-        "memory_gib": float(row.memory_gib),
-        "memory_breakdown_gib": {name: float(row[f"{name}_gib"]) for name in MEMORY_FIELDS},
-        "fits": bool(fit[0]),
-        "gpu_memory_gib": float(usable_bytes(cluster.gpu)) / GIB,
-        "time_breakdown_s": {name[:-2]: float(row[name]) for name in TIME_FIELDS},
-    }
+from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, Workload,
+                                  describe_plan)
+from autoconfig.errors import InputError
+from autoconfig.training.estimate import estimate_plan
+from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
+from autoconfig.training.space import dp_for
 
 
 def render_table(result: dict) -> str:
@@ -84,13 +60,22 @@ def render_table(result: dict) -> str:
 @click.option("--sp/--no-sp", default=False, help="Sequence parallelism (needs tp > 1).")
 @click.option("--distributed-optimizer/--no-distributed-optimizer", default=False,
               help="Shard optimizer state across data-parallel ranks.")
+@click.option("--first-stage-layers", "--decoder-first-pipeline-num-layers", "first_stage_layers",
+              type=int, default=0, show_default=True,
+              help="Layers on the first pipeline stage (0: even split).")
+@click.option("--last-stage-layers", "--decoder-last-pipeline-num-layers", "last_stage_layers",
+              type=int, default=0, show_default=True,
+              help="Layers on the last pipeline stage (0: even split).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
+@stack_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus,
              gpus_per_node, tp, pp, vp, cp, mbs, gbs, seq_len, recompute, recompute_method,
-             recompute_num_layers, sp, distributed_optimizer, precision, fmt) -> None:
+             recompute_num_layers, sp, distributed_optimizer, first_stage_layers,
+             last_stage_layers, precision, fmt, **stack_opts) -> None:
     """Predict memory per GPU and step time of one plan."""
+    stack, software = pop_software(stack_opts)
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
     if spec is None:
@@ -101,21 +86,17 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     workload = Workload(global_batch_size=gbs, seq_len=seq_len or spec.seq_len,
                         precision=precision)
     gpu_spec.peak_tflops(precision)  # fp8 on a GPU without it is an InputError
-    for name, value in (("tp", tp), ("pp", pp), ("vp", vp), ("cp", cp), ("mbs", mbs)):
-        if value < 1:
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
+        if value < 1:  # dp_for divides by these before Plan checks them
             raise InputError(f"invalid --{name} {value}: must be a positive integer")
-    if tp > spec.num_heads:
-        raise InputError(f"invalid --tp {tp}: larger than the {spec.num_heads} attention heads "
-                         f"of {spec.name}")
-    if sp and tp == 1:
-        raise InputError("invalid --sp with --tp 1: sequence parallelism needs tp > 1")
     full = recompute == "full"
     plan = Plan(tp=tp, pp=pp, dp=dp_for(cluster.num_gpus, tp, pp, cp), cp=cp, vp=vp, sp=sp,
                 mbs=mbs, recompute=recompute,
                 recompute_method=recompute_method if full else "uniform",
                 recompute_num_layers=recompute_num_layers if full else 0,
-                distributed_optimizer=distributed_optimizer)
-    result = estimate_plan(spec, workload, cluster, plan)
+                distributed_optimizer=distributed_optimizer,
+                first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+    result = estimate_plan(spec, workload, cluster, plan, software, stack.name)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:

@@ -171,3 +171,39 @@ def families() -> tuple[str, ...]:
 
 def _normalise_size(size: str) -> float:
     return round(parse_count(size, what="size"), -3)
+
+
+DEFAULT_SEQ_LEN = 2048
+"""Sequence length of an inline shape given without one."""
+
+
+def resolve_model(model: str | None, size: str | None, layers: int | None, hidden: int | None,
+                  heads: int | None, kv_heads: int | None, ffn: int | None, vocab: int | None,
+                  swiglu: bool, seq_len: int | None) -> ModelSpec | None:
+    """The catalog model, the inline shape, or None when neither was given."""
+    inline = {"--layers": layers, "--hidden": hidden, "--heads": heads, "--vocab": vocab}
+    if model is not None:
+        if any(v is not None for v in inline.values()) or kv_heads or ffn:
+            raise InputError("give either --model or an inline shape (--layers --hidden "
+                             "--heads --vocab ...), not both")
+        return get_model(model, size)
+    if all(v is None for v in inline.values()):
+        return None
+    missing = [flag for flag, v in inline.items() if v is None]
+    if missing:
+        raise InputError(f"inline model shape needs {', '.join(missing)} "
+                         "(with --layers --hidden --heads --vocab, optional --kv-heads --ffn)")
+    if ffn is None:
+        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+    data = {"name": f"custom-{layers}l-{hidden}h", "num_layers": layers, "hidden_size": hidden,
+            "num_heads": heads, "num_kv_heads": kv_heads or heads, "ffn_hidden_size": ffn,
+            "vocab_size": vocab, "seq_len": seq_len or DEFAULT_SEQ_LEN,
+            "mlp_kind": "swiglu" if swiglu else "gelu",
+            "norm_kind": "rmsnorm" if swiglu else "layernorm",
+            "position_embedding": "rope" if swiglu else "learned",
+            "tied_embeddings": not swiglu, "has_bias": not swiglu}
+    for flag, value in (("--layers", layers), ("--hidden", hidden), ("--heads", heads),
+                        ("--kv-heads", kv_heads), ("--ffn", ffn), ("--vocab", vocab)):
+        if value is not None and value < 1:
+            raise InputError(f"invalid {flag} {value}: must be a positive integer")
+    return model_from_mapping(data, default_name=data["name"], where="inline shape")

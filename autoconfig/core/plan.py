@@ -67,6 +67,12 @@ class Plan:
     (uniform); 0 means every layer of the stage."""
     distributed_optimizer: bool = False
     """Shard optimizer state and main params across data-parallel ranks."""
+    first_stage_layers: int = 0
+    """Transformer layers on the first pipeline stage (Megatron
+    --decoder-first-pipeline-num-layers); 0: the even split L/pp."""
+    last_stage_layers: int = 0
+    """Transformer layers on the last pipeline stage (Megatron
+    --decoder-last-pipeline-num-layers); 0: the even split L/pp."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "vp", "mbs"):
@@ -79,6 +85,12 @@ class Plan:
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise InputError(f"invalid recompute method {self.recompute_method!r}: "
                              f"allowed are {', '.join(RECOMPUTE_METHODS)}")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, name) < 0:
+                raise InputError(f"invalid {name} {getattr(self, name)}: must be >= 0")
+            if getattr(self, name) and self.pp == 1:
+                raise InputError(f"invalid {name} {getattr(self, name)}: an uneven pipeline "
+                                 "split needs pp > 1")
         if self.recompute_num_layers < 0:
             raise InputError(f"invalid recompute layers {self.recompute_num_layers}: must be >= 0")
         if self.sp and self.tp == 1:
@@ -93,7 +105,8 @@ class Plan:
 
 
 PLAN_FIELDS = tuple(f.name for f in fields(Plan))
-_INT_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "mbs", "recompute_num_layers")
+_INT_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "mbs", "recompute_num_layers",
+                "first_stage_layers", "last_stage_layers")
 _BOOL_COLUMNS = ("sp", "distributed_optimizer")
 _CODE_COLUMNS = {"recompute": RECOMPUTE_KINDS, "recompute_method": RECOMPUTE_METHODS}
 
@@ -117,6 +130,8 @@ class PlanTable:
     recompute_method: np.ndarray
     recompute_num_layers: np.ndarray
     distributed_optimizer: np.ndarray
+    first_stage_layers: np.ndarray
+    last_stage_layers: np.ndarray
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -156,6 +171,58 @@ class PlanTable:
         return self.recompute == RECOMPUTE_KINDS.index(kind)
 
 
+def stage_layers(num_layers: int, plan: Plan) -> tuple[int, ...]:
+    """Transformer layers of every pipeline stage, first to last.
+
+    The even split gives each stage L/pp; an uneven one gives the first and
+    last stages their own counts (0 = as the middle stages) and the middle
+    stages an equal share of the rest (Megatron's
+    --decoder-first/last-pipeline-num-layers). InputError when the layers do
+    not split that way.
+    """
+    pp = plan.pp
+    first, last = plan.first_stage_layers, plan.last_stage_layers
+    if pp == 1:
+        return (num_layers,)
+    if not first and not last:
+        if num_layers % pp:
+            raise InputError(f"invalid pp {pp}: does not divide the {num_layers} layers; give "
+                             "the first/last stage layers for an uneven split")
+        return (num_layers // pp,) * pp
+    middle_stages = pp - (1 if first else 0) - (1 if last else 0)
+    rest = num_layers - first - last
+    if middle_stages == 0:
+        if rest:
+            raise InputError(f"invalid stage split {first}+{last} for pp {pp}: must add up to "
+                             f"the {num_layers} layers")
+        return (first, last)
+    if rest < middle_stages or rest % middle_stages:
+        raise InputError(f"invalid stage split: {num_layers} layers minus first {first} and "
+                         f"last {last} leave {rest}, which the {middle_stages} other stages "
+                         "cannot share evenly")
+    middle = rest // middle_stages
+    return (first or middle,) + (middle,) * (pp - 2) + (last or middle,)
+
+
+def stage_layer_columns(num_layers: int, pp, first, last) -> dict:
+    """Vectorised ``stage_layers``: transformer layers of the ``first``, a
+    ``middle`` and the ``last`` pipeline stage per plan (float arrays; with
+    pp = 1 all three are the one stage, with pp = 2 the middle is unused and
+    equals the first). Rows whose split is invalid get a non-integral middle;
+    ``autoconfig.training.space`` rejects them."""
+    pp = np.asarray(pp, dtype=float)
+    first = np.asarray(first, dtype=float)
+    last = np.asarray(last, dtype=float)
+    explicit = (first > 0).astype(float) + (last > 0).astype(float)
+    middle_stages = np.maximum(pp - explicit, 1.0)
+    middle = np.where(pp - explicit > 0, (num_layers - first - last) / middle_stages,
+                      np.where(first > 0, first, num_layers / pp))
+    single = pp == 1
+    return {"first": np.where(single, num_layers, np.where(first > 0, first, middle)),
+            "middle": np.where(single | (pp == 2), np.where(first > 0, first, middle), middle),
+            "last": np.where(single, num_layers, np.where(last > 0, last, middle))}
+
+
 def recompute_label(recompute: str, method: str, num_layers: int) -> str:
     """'none', 'selective' or 'full/uniform/1' (method and layers only for full)."""
     if recompute != "full":
@@ -168,7 +235,10 @@ def describe_plan(plan: Plan) -> str:
     recompute = recompute_label(plan.recompute, plan.recompute_method, plan.recompute_num_layers)
     return (f"TP {plan.tp}, PP {plan.pp}, VP {plan.vp}, CP {plan.cp}, DP {plan.dp}, "
             f"SP {'on' if plan.sp else 'off'}, MBS {plan.mbs}, recompute {recompute}, "
-            f"distributed optimizer {'on' if plan.distributed_optimizer else 'off'}")
+            f"distributed optimizer {'on' if plan.distributed_optimizer else 'off'}"
+            + (f", stage layers first {plan.first_stage_layers or 'even'} last "
+               f"{plan.last_stage_layers or 'even'}"
+               if plan.first_stage_layers or plan.last_stage_layers else ""))
 
 
 def plan_label(plan: Plan) -> str:
@@ -188,6 +258,8 @@ def plan_label(plan: Plan) -> str:
             rc += f"-{plan.recompute_method}" + (f"{plan.recompute_num_layers}"
                                                  if plan.recompute_num_layers else "")
         parts.append(f"rc:{rc}")
+    if plan.first_stage_layers or plan.last_stage_layers:
+        parts.append(f"split:{plan.first_stage_layers or '='}/{plan.last_stage_layers or '='}")
     if plan.distributed_optimizer:
         parts.append("distopt")
     return " ".join(parts)

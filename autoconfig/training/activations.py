@@ -18,7 +18,7 @@ import numpy as np
 from autoconfig.core.model import ModelSpec
 
 
-def layer_stored_widths(model: ModelSpec) -> tuple[float, float]:
+def layer_stored_widths(model: ModelSpec, fp8_inputs: bool = False) -> tuple[float, float]:
     """Bytes per token of one layer's saved tensors: (replicated, tp_split).
 
     Korthikanti et al. 2022 Sec. 4.1 counts per layer, in units of s*b*h:
@@ -38,12 +38,20 @@ def layer_stored_widths(model: ModelSpec) -> tuple[float, float]:
     it keeps 4*ffn + 2*ffn = 6*ffn. For GPT shapes (kv = h, ffn = 4h, GeLU)
     this is 10 h + (4h + 4h + 16h) = 34 h: Korthikanti's 34 s b h. Without
     hidden dropout the two 1-byte masks go: 8 h replicated.
+
+    ``fp8_inputs`` (Transformer Engine FP8): the inputs of the four linear
+    layers are kept as their 1-byte FP8 casts, so the QKV and first-MLP
+    inputs take h each (replicated part), the projection input h and the
+    second-MLP input f (split part).
     """
     h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
     mlp = (6 if model.mlp_kind == "swiglu" else 4) * f
     masks = 2.0 if model.hidden_dropout > 0 else 0.0
     replicated = (8.0 + masks) * h
     split = 4.0 * h + 4.0 * kv + mlp
+    if fp8_inputs:
+        replicated -= 2.0 * h
+        split -= h + f
     return replicated, split
 
 
@@ -57,7 +65,7 @@ def attention_scores_bytes(model: ModelSpec, seq_local, mbs, tp):
 
 
 def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
-                           flash_attention: bool = True, cp=1):
+                           flash_attention: bool = True, cp=1, fp8_inputs: bool = False):
     """Bytes one layer keeps for backward, per micro-batch, per GPU.
 
     Korthikanti et al. 2022 Table 2 (``recompute``: 0 none, 1 selective,
@@ -79,18 +87,18 @@ def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
     sp = np.asarray(sp, dtype=bool)
     if np.ndim(recompute) == 0:  # one kind for every plan: compute only that branch
         return _layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, int(recompute),
-                                    flash_attention)
+                                    flash_attention, fp8_inputs)
     recompute = np.asarray(recompute)
-    kinds = [_layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, k, flash_attention)
+    kinds = [_layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, k, flash_attention, fp8_inputs)
              for k in (0, 1, 2)]
     return np.where(recompute == 0, kinds[0], np.where(recompute == 1, kinds[1], kinds[2]))
 
 
 def _layer_bytes_of_kind(model: ModelSpec, tokens, s, mbs, tp, sp, kind: int,
-                         flash_attention: bool):
+                         flash_attention: bool, fp8_inputs: bool = False):
     if kind == 2:
         return 2.0 * tokens * model.hidden_size / np.where(sp, tp, 1.0)
-    replicated, split = layer_stored_widths(model)
+    replicated, split = layer_stored_widths(model, fp8_inputs)
     whole = tokens * (np.where(sp, replicated / tp, replicated) + split / tp)
     if kind == 1 or flash_attention:
         return whole

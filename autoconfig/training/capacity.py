@@ -17,6 +17,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload
 from autoconfig.training.search import search
 from autoconfig.training.space import AxisChoices
+from autoconfig.training.stack import SoftwareFeatures
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ def train_days(tokens: float, tokens_per_s: float) -> float:
 
 
 def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_per_node: int,
-              tokens: float, choices: AxisChoices = AxisChoices()) -> CapacityCell:
+              tokens: float, choices: AxisChoices = AxisChoices(), *,
+              software: SoftwareFeatures | None = None, stack: str | None = None
+              ) -> CapacityCell:
     """Search one cluster and price the token budget on its best plan."""
     gpus = nodes * gpus_per_node
     common = dict(gpu=gpu.name, nodes=nodes, gpus=gpus, precision=workload.precision)
@@ -62,7 +65,8 @@ def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_p
         return CapacityCell(status="unsupported", reason=f"{gpu.name} has no FP8", **common)
     try:
         result = search(model, workload, Cluster(gpu=gpu, nodes=nodes,
-                                                 gpus_per_node=gpus_per_node), choices)
+                                                 gpus_per_node=gpus_per_node), choices,
+                        software=software, stack=stack)
     except AutoconfigError as exc:
         return CapacityCell(status="infeasible", reason=str(exc), **common)
     best = result.table.iloc[0]
@@ -77,7 +81,9 @@ def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_p
 def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
                   node_counts: Sequence[int], tokens: float,
                   gpus_per_node: int | None = None,
-                  choices: AxisChoices = AxisChoices()) -> list[CapacityCell]:
+                  choices: AxisChoices = AxisChoices(), *,
+                  software: SoftwareFeatures | None = None,
+                  stack: str | None = None) -> list[CapacityCell]:
     """Every (GPU, nodes) cell, in the order given."""
     if not gpus or not node_counts:
         raise InputError("capacity needs at least one --gpu and one --nodes value")
@@ -87,5 +93,5 @@ def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
     if tokens <= 0:
         raise InputError(f"invalid --tokens {tokens:g}: must be greater than zero")
     return [plan_cell(model, workload, gpu, nodes, gpus_per_node or gpu.gpus_per_node,
-                      tokens, choices)
+                      tokens, choices, software=software, stack=stack)
             for gpu in gpus for nodes in node_counts]

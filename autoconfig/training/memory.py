@@ -28,7 +28,9 @@ from autoconfig.errors import CatalogError, InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec, layer_params, norm_params
 from autoconfig.paths import heuristics_dir
-from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
+                                  stage_layer_columns)
+from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
 
 _FULL = RECOMPUTE_KINDS.index("full")
@@ -70,10 +72,19 @@ class MemoryConstants:
 
     recipes: dict
     logits_bytes_per_element: float
-    fragmentation_factor: float
-    context_bytes: float
+    overheads: dict
+    """Framework -> (fragmentation factor, fixed context bytes): device memory =
+    factor x allocated + context."""
+    fp8_weight_cache_bytes: float
     datasheet_gb_bytes: float
     usable_fraction: float
+
+    def overhead_of(self, framework: str) -> tuple[float, float]:
+        if framework not in self.overheads:
+            raise CatalogError(f"heuristics/memory.yaml: no overhead for framework "
+                               f"{framework!r}: add it under 'overhead' (known: "
+                               f"{', '.join(sorted(self.overheads))})")
+        return self.overheads[framework]
 
 
 @lru_cache(maxsize=None)
@@ -88,12 +99,15 @@ def load_constants(path: Path | None = None) -> MemoryConstants:
     recipes = {name: StateRecipe(*(float(sourced_number(entry, key, path)) for key in
                                    ("weights", "main_grads", "sharded_states")))
                for name, entry in recipes_raw.items()}
-    overhead = data.get("overhead", {})
+    overhead = data.get("overhead") or {}
     return MemoryConstants(
         recipes=recipes,
         logits_bytes_per_element=float(sourced_number(data, "logits_bytes_per_element", path)),
-        fragmentation_factor=float(sourced_number(overhead, "fragmentation_factor", path)),
-        context_bytes=float(sourced_number(overhead, "context_gib", path)) * 2**30,
+        overheads={name: (float(sourced_number(entry, "fragmentation_factor", path)),
+                          float(sourced_number(entry, "context_gib", path)) * 2**30)
+                   for name, entry in overhead.items()},
+        fp8_weight_cache_bytes=float(sourced_number(data, "fp8_weight_cache_bytes_per_param",
+                                                    path)),
         datasheet_gb_bytes=float(sourced_number(data, "datasheet_gb_bytes", path)),
         usable_fraction=float(sourced_number(data, "usable_fraction", path)))
 
@@ -106,9 +120,10 @@ def distributed_optimizer_bytes_per_param(recipe: StateRecipe, shards, distribut
     return recipe.weight_bytes + recipe.grad_bytes + recipe.sharded_bytes / shards
 
 
-def stage_params(model: ModelSpec, tp, pp, stage: str):
-    """Parameters one GPU of the first or last pipeline stage holds.
+def stage_params(model: ModelSpec, tp, layers, stage: str, single):
+    """Parameters one GPU of the first, a middle or the last pipeline stage holds.
 
+    ``layers`` is that stage's transformer layer count and ``single`` marks pp = 1.
     Megatron TP sharding: matmul weights and column-parallel biases split
     over TP; the two norms and the row-parallel biases (attention output,
     MLP output) are replicated. Word embeddings are vocab-parallel (V h / t)
@@ -120,35 +135,39 @@ def stage_params(model: ModelSpec, tp, pp, stage: str):
     h = model.hidden_size
     replicated = 2 * norm_params(model) + (2 * h if model.has_bias else 0)
     per_layer = (layer_params(model) - replicated) / tp + replicated
-    params = (model.num_layers / pp) * per_layer
+    params = layers * per_layer
     word = model.vocab_size * h / tp
     positions = model.seq_len * h if model.position_embedding == "learned" else 0
     output = 0.0 if model.tied_embeddings else word
-    single = pp == 1
+    if stage == "middle":
+        return params
     if stage == "first":
         return params + word + positions + np.where(single, norm_params(model) + output, 0.0)
     # pp > 1: the output layer (untied) or the tied copy, both V h / t.
     return params + norm_params(model) + word + np.where(single, positions + output, 0.0)
 
 
+def linear_params(model: ModelSpec, tp, layers):
+    """Weights of the stage's TP-split linear layers (QKV, projection, MLP) per GPU:
+    what Transformer Engine keeps an FP8 copy of in FP8 training."""
+    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    up = 2 if model.mlp_kind == "swiglu" else 1
+    return layers * (h * (h + 2 * kv) + h * h + (up + 1) * h * f) / tp
+
+
 def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
-                      flash_attention: bool) -> dict:
-    """Per-plan arrays shared by the first and last stage (computed once)."""
-    pp, vp = plans.pp, plans.vp
+                      software: SoftwareFeatures) -> dict:
+    """Per-plan arrays shared by every stage (computed once): per-layer bytes
+    kept, stored inputs under full recompute, the micro-batch count and the
+    embedding mask, and the layers of the first, a middle and the last stage."""
     args = (model, workload.seq_len, plans.mbs, plans.tp, plans.sp)
-    kw = {"flash_attention": flash_attention, "cp": plans.cp}
+    kw = {"flash_attention": software.flash_attention, "cp": plans.cp,
+          "fp8_inputs": fp8_stores_inputs(workload, software)}
     full_layer = layer_activation_bytes(*args, 0, **kw)
     stored_input = layer_activation_bytes(*args, _FULL, **kw)
     # Selective keeps its smaller set; layers that full/block leaves alone keep all.
     kept_layer = np.where(plans.recompute == RECOMPUTE_KINDS.index("selective"),
                           layer_activation_bytes(*args, 1, **kw), full_layer)
-    recompute_full = plans.recompute == _FULL
-    block = plans.recompute_method == _BLOCK
-    layers_per_chunk = model.num_layers / (pp * np.where(pp > 1, vp, 1))
-    per_chunk = recompute_chunk_bytes(layers_per_chunk, kept_layer, stored_input,
-                                      recompute_full, block, plans.recompute_num_layers)
-    transient = recompute_transient_bytes(layers_per_chunk, full_layer, recompute_full,
-                                          block, plans.recompute_num_layers)
     m = microbatches_per_step(workload.global_batch_size, plans.mbs, plans.dp)
     # Embedding dropout mask (s b h bytes) per in-flight micro-batch on the
     # first stage, as Megatron's theoretical_memory_usage.py; / t with SP.
@@ -156,15 +175,38 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     mask = 1.0 if model.hidden_dropout > 0 else 0.0
     embedding = (mask * workload.seq_len / plans.cp * plans.mbs * model.hidden_size
                  / np.where(plans.sp, plans.tp, 1))
-    return {"per_chunk": per_chunk, "transient": transient, "m": m, "embedding": embedding}
+    return {"full_layer": full_layer, "stored_input": stored_input, "kept_layer": kept_layer,
+            "m": m, "embedding": embedding,
+            "layers": stage_layer_columns(model.num_layers, plans.pp,
+                                          plans.first_stage_layers, plans.last_stage_layers)}
+
+
+def fp8_stores_inputs(workload: Workload, software: SoftwareFeatures) -> bool:
+    """Transformer Engine FP8 training (megatron-core) saves its linear layers'
+    inputs for the weight gradient in FP8, the cast it already made for the
+    forward GEMM (``transformer_engine/pytorch/module/linear.py``: ctx saves the
+    FP8 ``inputmat``), so those tensors take 1 byte instead of 2."""
+    return workload.precision == "fp8" and software.framework == "megatron-core"
+
+
+STAGE_RANKS = {"first": 0, "middle": 1, "last": -1}
 
 
 def _stage_activations(plans: PlanTable, terms: dict, stage: str):
-    """Activation bytes a rank of the first or last stage holds at its peak."""
-    pp = plans.pp
-    rank = 0 if stage == "first" else pp - 1
-    held = chunks_in_flight(pp, plans.vp, terms["m"], rank) * terms["per_chunk"]
-    held = held + terms["transient"]
+    """Activation bytes a rank of the first, second (a middle) or last stage
+    holds at its peak: in-flight model chunks x the chunk's kept bytes, plus
+    one recomputed group live in backward."""
+    pp, vp = plans.pp, plans.vp
+    rank = pp - 1 if stage == "last" else np.minimum(STAGE_RANKS[stage], pp - 1)
+    layers_per_chunk = terms["layers"][stage] / np.where(pp > 1, vp, 1)
+    recompute_full = plans.recompute == _FULL
+    block = plans.recompute_method == _BLOCK
+    per_chunk = recompute_chunk_bytes(layers_per_chunk, terms["kept_layer"],
+                                      terms["stored_input"], recompute_full, block,
+                                      plans.recompute_num_layers)
+    transient = recompute_transient_bytes(layers_per_chunk, terms["full_layer"],
+                                          recompute_full, block, plans.recompute_num_layers)
+    held = chunks_in_flight(pp, vp, terms["m"], rank) * per_chunk + transient
     if stage == "first":
         held = held + chunks_in_flight(pp, 1, terms["m"], 0) * terms["embedding"]
     return held
@@ -188,7 +230,7 @@ def _logits_bytes(model: ModelSpec, workload: Workload, plans: PlanTable,
 
 
 def _recipe(constants: MemoryConstants, recipe: str | None) -> StateRecipe:
-    # FP8 training keeps bf16 weights and fp32 main grads in Megatron-TE.
+    # FP8 training keeps bf16 weights (plus TE's FP8 copies, counted apart).
     name = recipe or "bf16"
     if name not in constants.recipes:
         raise InputError(f"unknown precision recipe {name!r}: allowed are "
@@ -196,33 +238,54 @@ def _recipe(constants: MemoryConstants, recipe: str | None) -> StateRecipe:
     return constants.recipes[name]
 
 
+def grad_bytes_per_param(states: StateRecipe, software: SoftwareFeatures) -> float:
+    """Bytes of the main-gradient buffer per parameter. megatron-core's DDP
+    allocates it in fp32 when gradients are reduced in fp32 and in the
+    parameter dtype otherwise (``distributed/param_and_grad_buffer.py``:
+    ``grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param dtype``),
+    so --grad-reduce-dtype bf16 halves it; other frameworks keep their recipe's."""
+    if software.framework == "megatron-core":
+        return min(states.grad_bytes, float(software.grad_reduce_bytes))
+    return states.grad_bytes
+
+
 def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stage: str, *,
-                    flash_attention: bool = True, recipe: str | None = None,
+                    software: SoftwareFeatures | None = None, recipe: str | None = None,
                     constants: MemoryConstants | None = None,
                     _terms: dict | None = None) -> MemoryBreakdown:
-    """Memory of a rank of the ``first`` or ``last`` pipeline stage.
+    """Memory of a rank of the ``first``, ``middle`` (the second) or ``last``
+    pipeline stage.
 
-    Middle stages never exceed the first (same layers, no embedding, fewer
-    micro-batches in flight), so first and last bound every stage.
+    Later middle stages never exceed the second (same layers, fewer
+    micro-batches in flight), so these three bound every stage, uneven splits
+    included.
     """
-    if stage not in ("first", "last"):
-        raise InputError(f"invalid stage {stage!r}: allowed are first, last")
+    if stage not in STAGE_RANKS:
+        raise InputError(f"invalid stage {stage!r}: allowed are {', '.join(STAGE_RANKS)}")
     constants = constants or load_constants()
+    software = software or SoftwareFeatures()
     states = _recipe(constants, recipe)
     pp = plans.pp
-    holds_output = pp == 1 if stage == "first" else np.ones(len(plans), dtype=bool)
-    params = stage_params(model, plans.tp, pp, stage)
+    single = pp == 1
+    terms = _terms or _activation_terms(model, workload, plans, software)
+    layers = terms["layers"][stage]
+    holds_output = single if stage != "last" else np.ones(len(plans), dtype=bool)
+    params = stage_params(model, plans.tp, layers, stage, single)
+    if stage == "middle":
+        params = np.where(single, stage_params(model, plans.tp, layers, "first", single), params)
     shards = plans.dp * plans.cp
     sharded = np.where(plans.distributed_optimizer, states.sharded_bytes / shards,
                        states.sharded_bytes)
     weights = params * states.weight_bytes
-    grads = params * states.grad_bytes
+    if fp8_stores_inputs(workload, software):
+        weights = weights + linear_params(model, plans.tp, layers) * constants.fp8_weight_cache_bytes
+    grads = params * grad_bytes_per_param(states, software)
     optimizer = params * sharded
-    terms = _terms or _activation_terms(model, workload, plans, flash_attention)
     activations = _stage_activations(plans, terms, stage)
     logits = np.where(holds_output, _logits_bytes(model, workload, plans, constants), 0.0)
     allocated = weights + grads + optimizer + activations + logits
-    overhead = allocated * (constants.fragmentation_factor - 1.0) + constants.context_bytes
+    fragmentation, context = constants.overhead_of(software.framework)
+    overhead = allocated * (fragmentation - 1.0) + context
     return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads,
                            optimizer_bytes=optimizer, activations_bytes=activations,
                            logits_bytes=logits, overhead_bytes=overhead,
@@ -235,24 +298,23 @@ def allocated_bytes(breakdown: MemoryBreakdown) -> np.ndarray:
     return breakdown.total_bytes - breakdown.overhead_bytes
 
 
-def memory_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU, *,
-                     flash_attention: bool = True, recipe: str | None = None) -> MemoryBreakdown:
-    """Per-GPU memory of each plan on its most loaded stage (first or last).
+def memory_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, *,
+                     software: SoftwareFeatures | None = None,
+                     recipe: str | None = None) -> MemoryBreakdown:
+    """Per-GPU memory of each plan on its most loaded stage (first, middle or last).
 
-    ``flash_attention`` (default True: Megatron-core with Transformer Engine
-    uses fused/flash attention) drops Korthikanti's 5as^2b/t score term.
-    ``recipe`` picks a row of the bytes-per-parameter table (default bf16,
-    also used for fp8). ``gpu`` is accepted for the interface; capacity is
-    applied by ``fits``.
+    ``software`` (default: ``SoftwareFeatures()``) says whether attention is
+    fused (no 5as^2b/t score term), how gradients are reduced (their buffer
+    dtype) and which framework's allocator overhead applies. ``recipe`` picks a
+    row of the bytes-per-parameter table (default bf16, also used for fp8).
     """
-    del gpu  # memory does not depend on the GPU type, only its capacity
-    terms = _activation_terms(model, workload, plans, flash_attention)
-    first = stage_breakdown(model, workload, plans, "first", flash_attention=flash_attention,
-                            recipe=recipe, _terms=terms)
-    last = stage_breakdown(model, workload, plans, "last", flash_attention=flash_attention,
-                           recipe=recipe, _terms=terms)
-    use_last = last.total_bytes > first.total_bytes
-    return MemoryBreakdown(**{name: np.where(use_last, getattr(last, name), getattr(first, name))
+    software = software or SoftwareFeatures()
+    terms = _activation_terms(model, workload, plans, software)
+    stages = [stage_breakdown(model, workload, plans, stage, software=software, recipe=recipe,
+                              _terms=terms) for stage in STAGE_RANKS]
+    totals = np.stack([s.total_bytes for s in stages])
+    worst = np.argmax(totals, axis=0)
+    return MemoryBreakdown(**{name: np.choose(worst, [getattr(s, name) for s in stages])
                               for name in MemoryBreakdown.__dataclass_fields__})
 
 

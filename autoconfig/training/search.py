@@ -20,6 +20,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
 from autoconfig.training.space import R_MEMORY, AxisChoices, PlanSpace, divisors, enumerate_plans
+from autoconfig.training.stack import DEFAULT_STACK, SoftwareFeatures, load_stack
 
 OBJECTIVES = ("throughput", "memory")
 GIB = 2.0 ** 30
@@ -48,6 +49,11 @@ class SearchResult:
     memory (GiB) and step-time breakdowns."""
     rejected: dict[str, int]
     considered: int
+    software: SoftwareFeatures = SoftwareFeatures()
+    """The software features every prediction assumed (the stack plus overrides);
+    launch outputs set exactly these."""
+    stack: str = DEFAULT_STACK
+    """Name of the stack the features came from."""
 
     @property
     def feasible(self) -> int:
@@ -62,9 +68,21 @@ class SearchResult:
         return tuple(self.plans.plan(i) for i in range(min(n, len(self.plans))))
 
 
+def search_inputs(inputs) -> SearchResult:
+    """The search for resolved ``autoconfig.training.inputs.SearchInputs``."""
+    return search(inputs.model, inputs.workload, inputs.cluster, inputs.choices,
+                  inputs.objective, software=inputs.software, stack=inputs.stack.name)
+
+
 def search(model: ModelSpec, workload: Workload, cluster: Cluster,
-           choices: AxisChoices = AxisChoices(), objective: str = "throughput") -> SearchResult:
-    """Enumerate -> memory -> prune (with reasons) -> step time -> rank."""
+           choices: AxisChoices = AxisChoices(), objective: str = "throughput", *,
+           software: SoftwareFeatures | None = None, stack: str | None = None) -> SearchResult:
+    """Enumerate -> memory -> prune (with reasons) -> step time -> rank.
+
+    ``software`` (default: the features of ``stack``, itself default
+    ``DEFAULT_STACK``) is what the memory and step-time models assume."""
+    stack = stack or DEFAULT_STACK
+    software = software or load_stack(stack).features
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
     if workload.precision == "fp8":
@@ -72,30 +90,32 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     space = enumerate_plans(model, workload, cluster, choices)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(workload, cluster, space))
-    mem = memory.memory_breakdown(model, workload, space.plans, cluster.gpu)
+    mem = memory.memory_breakdown(model, workload, space.plans, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     if not fit.any():
-        raise InfeasibleError(_nothing_fits_message(model, workload, cluster, choices, space, mem))
+        raise InfeasibleError(_nothing_fits_message(model, workload, cluster, choices, space, mem,
+                                                    software))
     rejected = dict(space.rejected)
     if not fit.all():
         rejected[R_MEMORY] = int((~fit).sum())
     plans = space.plans.take(fit)
     mem = _take(mem, fit)
-    times = perf.step_time(model, workload, plans, cluster)
+    times = perf.step_time(model, workload, plans, cluster, software=software)
     order = _rank(plans, mem, times, objective)
     plans = plans.take(order)
     table = _table(plans, workload, _take(mem, order), _take(times, order))
     return SearchResult(model=model, workload=workload, cluster=cluster, objective=objective,
                         plans=plans, table=table, rejected=rejected,
-                        considered=space.considered)
+                        considered=space.considered, software=software, stack=stack)
 
 
-def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable
-             ) -> tuple[pd.DataFrame, np.ndarray]:
+def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable,
+             software: SoftwareFeatures | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Predictions for given (valid) plans, unranked: the table and fits."""
-    mem = memory.memory_breakdown(model, workload, plans, cluster.gpu)
+    software = software or load_stack(None).features
+    mem = memory.memory_breakdown(model, workload, plans, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
-    times = perf.step_time(model, workload, plans, cluster)
+    times = perf.step_time(model, workload, plans, cluster, software=software)
     return _table(plans, workload, mem, times), fit
 
 
@@ -160,7 +180,7 @@ def _no_valid_plan_message(workload: Workload, cluster: Cluster, space: PlanSpac
 
 
 def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster,
-                          choices: AxisChoices, space: PlanSpace, mem) -> str:
+                          choices: AxisChoices, space: PlanSpace, mem, software) -> str:
     """Why nothing fits (the leanest plan and its size) and what would."""
     total = np.asarray(mem.total_bytes, dtype=float)
     lean = int(np.argmin(total))
@@ -170,8 +190,8 @@ def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster
             f"leanest of "
             f"{len(space.plans)} valid plans needs {total[lean] / GIB:.1f} GiB "
             f"({describe_plan(plan)})")
-    fixes = _relaxations(model, workload, cluster, choices)
-    nodes = _nodes_that_fit(model, workload, cluster, choices)
+    fixes = _relaxations(model, workload, cluster, choices, software)
+    nodes = _nodes_that_fit(model, workload, cluster, choices, software)
     if nodes is not None:
         fixes.append(f"--nodes {nodes} ({nodes * cluster.gpus_per_node} GPUs)")
     if not fixes:
@@ -179,7 +199,7 @@ def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster
     return what + "; would fit: " + ", or ".join(fixes)
 
 
-def _leanest(model, workload, cluster, choices) -> Plan | None:
+def _leanest(model, workload, cluster, choices, software) -> Plan | None:
     """The plan with the least memory that fits, or None."""
     try:
         space = enumerate_plans(model, workload, cluster, choices)
@@ -187,7 +207,7 @@ def _leanest(model, workload, cluster, choices) -> Plan | None:
         return None
     if len(space.plans) == 0:
         return None
-    mem = memory.memory_breakdown(model, workload, space.plans, cluster.gpu)
+    mem = memory.memory_breakdown(model, workload, space.plans, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     if not fit.any():
         return None
@@ -195,7 +215,7 @@ def _leanest(model, workload, cluster, choices) -> Plan | None:
     return space.plans.plan(int(np.argmin(total)))
 
 
-def _relaxations(model, workload, cluster, choices: AxisChoices) -> list[str]:
+def _relaxations(model, workload, cluster, choices: AxisChoices, software) -> list[str]:
     """Each narrowed axis, freed alone: which flag value would make a plan fit."""
     fixes = []
     relax = {"mbs": ("--mbs", lambda p: str(p.mbs)),
@@ -210,13 +230,14 @@ def _relaxations(model, workload, cluster, choices: AxisChoices) -> list[str]:
         if current is None or current == "auto":
             continue
         freed = replace(choices, **{name: "auto" if isinstance(current, str) else None})
-        plan = _leanest(model, workload, cluster, freed)
+        plan = _leanest(model, workload, cluster, freed, software)
         if plan is not None:
             fixes.append(f"{flag} {value(plan)}")
     return fixes
 
 
-def _nodes_that_fit(model, workload, cluster: Cluster, choices: AxisChoices) -> int | None:
+def _nodes_that_fit(model, workload, cluster: Cluster, choices: AxisChoices,
+                    software) -> int | None:
     """The smallest larger node count with a plan that fits (None if none of
     the first MAX_NODE_TRIALS counts whose GPUs can split the batch does, up
     to MAX_NODE_FACTOR times the nodes given)."""
@@ -230,7 +251,7 @@ def _nodes_that_fit(model, workload, cluster: Cluster, choices: AxisChoices) -> 
         if not any(mp <= gpus and gpus % mp == 0 and gbs % (gpus // mp) == 0 for mp in sizes):
             continue
         trials += 1
-        if _leanest(model, workload, replace(cluster, nodes=nodes), choices) is not None:
+        if _leanest(model, workload, replace(cluster, nodes=nodes), choices, software) is not None:
             return nodes
         if trials >= MAX_NODE_TRIALS:
             break

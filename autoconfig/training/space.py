@@ -324,6 +324,8 @@ def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tupl
                               else bool if n in ("sp", "distributed_optimizer") else np.int64)
                   for n in names}
     merged["dp"] = num_gpus // np.maximum(merged["tp"] * merged["pp"] * merged["cp"], 1)
+    for name in ("first_stage_layers", "last_stage_layers"):
+        merged.setdefault(name, np.zeros(len(merged["tp"]), dtype=np.int64))
     return PlanTable(**merged)
 
 

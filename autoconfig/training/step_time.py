@@ -33,6 +33,7 @@ from autoconfig.core.model import (ModelSpec, embedding_params, layer_params,
                               model_flops_per_token, output_layer_params)
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
 
 BF16_BYTES = 2
@@ -89,62 +90,6 @@ class PerfConstants:
             raise CatalogError(f"heuristics/perf.yaml: no {name} for generation "
                                f"{generation!r} (GPU {gpu.name!r})")
         return table[generation]
-
-
-@dataclass(frozen=True)
-class SoftwareFeatures:
-    """What the training software does, where it changes the step time."""
-
-    flash_attention: bool = True
-    """Fused attention (FlashAttention/cuDNN): no s^2 score traffic, causal half skipped."""
-    attention_kernel: str = "fused"
-    """With ``flash_attention``: which kernel family, for its efficiency in
-    heuristics/perf.yaml attention_efficiency: ``fused`` (Transformer Engine's fused
-    attention as megatron-core runs it: cuDNN / FlashAttention-3 class kernels on
-    Hopper and Blackwell, FlashAttention-2 on Ampere) or ``llm-foundry`` (the
-    attention of llm-foundry's MPT benchmark tables: flash-attn 2 or MPT's Triton
-    flash kernel, the tables do not say which)."""
-    overlap_grad_reduce: bool = True
-    """Megatron --overlap-grad-reduce / --overlap-param-gather (DP comm hidden behind backward)."""
-    p2p_scatter_gather: bool = True
-    """Pipeline sends split over the TP ranks and all-gathered on arrival (Narayanan et
-    al. 2021, Sec. 4.1 "scatter/gather optimization"), so each rank sends 1/t of s*b*h;
-    with SP the activation is sharded anyway. DeepSpeed's PipelineEngine does the same
-    with TP > 1 (partitioned pipe buffers and gradients)."""
-    embedding_as_stage_layer: bool = False
-    """Pipeline split counts the input embedding and the output layer as one layer
-    each (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding';
-    megatron-core --account-for-embedding/loss-in-pipeline-split), so the last stage
-    holds (L + 2)/pp - 1 transformer layers; off (Megatron default): L/pp."""
-    framework: str = "megatron-core"
-    """Training framework (``megatron-core``, ``megatron-deepspeed`` or
-    ``llm-foundry/FSDP``): picks the per-layer per-micro-batch fixed cost of
-    heuristics/perf.yaml."""
-    grad_reduce_bytes: int = 4
-    """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
-    for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
-    megatron/training/arguments.py), so 4; fp16 runs of 2020-21 reduce in fp16, so 2."""
-    tp_comm_overlap: bool = False
-    """Transformer Engine's userbuffers comm-GEMM overlap (Megatron --tp-comm-overlap;
-    on in the Megatron-Bridge performance recipes: comm_overlap.tp_comm_overlap_cfg =
-    userbuffers_*): each TP all-gather / reduce-scatter is split and pipelined with
-    the GEMM next to it, so only TP traffic longer than the layer's weight GEMMs is
-    exposed. Off (Megatron-LM default): all of it is."""
-    param_gathers_per_microbatch: int = 0
-    """Fully sharded data parallel (PyTorch FSDP; Zhao et al. 2023, "PyTorch FSDP",
-    Sec. 3): each layer's bf16 parameters are all-gathered over the DP group just
-    before use and freed after, and its gradients reduce-scattered as its backward
-    ends, for every micro-batch. 2 for FULL_SHARD (ZeRO-3: gathered in forward and
-    again in backward; a full recompute runs inside that backward gather), 1 for
-    SHARD_GRAD_OP (ZeRO-2: kept from forward to backward), 0 for Megatron (the
-    distributed optimizer gathers once per step; see ``overlap_grad_reduce``)."""
-    overlap_sharded_comm: bool = True
-    """With ``param_gathers_per_microbatch`` > 0: FSDP prefetches the next layer's
-    all-gather while the current layer computes (forward_prefetch,
-    backward_prefetch=BACKWARD_PRE: the defaults of llm-foundry's FSDP config) and
-    reduce-scatters a layer's gradients while earlier layers run backward, so only
-    what exceeds the micro-batch's compute, plus the first layer's gather that
-    nothing precedes, is exposed; off: all of it."""
 
 
 @dataclass(frozen=True)

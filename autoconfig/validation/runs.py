@@ -52,7 +52,7 @@ Assumptions per source (see benchmarks/SOURCES.md):
   biases, learned positions, tied embeddings, no dropout), fused attention
   with llm-foundry's own kernel (``SoftwareFeatures.attention_kernel``);
   gradients reduced in fp32 (Composer's mixed_precision DEFAULT); framework
-  ``llm-foundry/FSDP``; H100 nodes with the DGX figure of 8 x 400 Gb/s (A100
+  ``pytorch-fsdp``; H100 nodes with the DGX figure of 8 x 400 Gb/s (A100
   rows state 1600 Gb/s per node, the DGX A100 figure). Measured:
   tokens/s/GPU (the tables' MFU counts the same FLOPs as
   ``autoconfig.core.model.model_flops_per_token``, so comparing tokens/s compares
@@ -74,8 +74,9 @@ from autoconfig.core.catalog import get_gpu
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec, hardware_flops_per_token
-from autoconfig.training.step_time import SoftwareFeatures
+
 from autoconfig.core.plan import Plan, Workload
+from autoconfig.training.stack import SoftwareFeatures
 
 MEASURES = ("step_time_s", "hardware_tflops_per_gpu", "tokens_per_s_per_gpu")
 LLAMA3_VOCAB = 128256
@@ -437,7 +438,7 @@ def _software(row: dict) -> SoftwareFeatures:
         # SHARD_GRAD_OP keeps them from forward to backward (PyTorch ShardingStrategy
         # docs). Composer's mixed_precision DEFAULT reduces gradients in fp32.
         gathers = 1 if "SHARD_GRAD_OP" in row["dp_sharding"] else 2
-        return SoftwareFeatures(framework="llm-foundry/FSDP", param_gathers_per_microbatch=gathers,
+        return SoftwareFeatures(framework="pytorch-fsdp", param_gathers_per_microbatch=gathers,
                                 overlap_sharded_comm=True, grad_reduce_bytes=4,
                                 attention_kernel="llm-foundry")
     return SoftwareFeatures()

@@ -200,7 +200,7 @@ def predict_memory_bytes(run: Run, constants=None) -> tuple[float, float]:
 
     model = memory_stage_model(run)
     table = PlanTable.from_plans([run.plan])
-    kw = dict(flash_attention=run.software.flash_attention, recipe=run.memory_recipe,
+    kw = dict(software=run.software, recipe=run.memory_recipe,
               constants=constants)
     stages = ("last",) if run.memory_stage == "last" else ("first", "last")
     best = max((stage_breakdown(model, run.workload, table, st, **kw) for st in stages),

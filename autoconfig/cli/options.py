@@ -1,0 +1,130 @@
+"""Click options shared by several commands, and their parsing.
+
+Command modules (``*_cmd.py``) import this module and the library, never each
+other. Values are parsed here; what they mean is decided in the library.
+"""
+
+import click
+
+from autoconfig.core.plan import RECOMPUTE_KINDS
+from autoconfig.errors import InputError
+from autoconfig.training.space import SWITCH_MODES
+from autoconfig.training.stack import DEFAULT_STACK, GRAD_REDUCE_DTYPES, resolve_software
+
+
+class ListOrAuto(click.ParamType):
+    """A comma-separated list (``4,8`` -> (4, 8)) or ``auto`` -> None; each item
+    goes through ``parse_item``, which returns None for a bad item."""
+
+    def __init__(self, name: str, parse_item, allowed: str, allow_auto: bool = True) -> None:
+        self.name = name
+        self._parse_item = parse_item
+        self._allowed = allowed
+        self._allow_auto = allow_auto
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, tuple):
+            return value
+        text = str(value).strip().lower()
+        if self._allow_auto and text == "auto":
+            return None
+        values = tuple(self._parse_item(v.strip()) for v in text.split(","))
+        if any(v is None for v in values):
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            auto = ", or auto" if self._allow_auto else ""
+            raise InputError(f"invalid {flag} {value!r}: expected {self._allowed} separated "
+                             f"by commas{auto}")
+        return values
+
+
+def positive_int(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _recompute_kind(text: str) -> str | None:
+    return text if text in RECOMPUTE_KINDS else None
+
+
+IntListOrAuto = ListOrAuto("N[,N...]|auto", positive_int, "positive integers")
+KindListOrAuto = ListOrAuto("KIND[,KIND...]|auto", _recompute_kind,
+                            f"recompute kinds ({', '.join(RECOMPUTE_KINDS)})")
+
+
+def model_options(func):
+    """--model/--size, or the shape inline (--layers --hidden --heads ...)."""
+    options = [
+        click.option("--model", help="Catalog model (gpt3, llama3-8b...) or a model YAML path."),
+        click.option("--size", help="Model size within the family, e.g. 175b."),
+        click.option("--layers", type=int, help="Inline shape: transformer layers."),
+        click.option("--hidden", type=int, help="Inline shape: hidden size."),
+        click.option("--heads", type=int, help="Inline shape: attention heads."),
+        click.option("--kv-heads", type=int, help="Inline shape: kv heads (GQA; default heads)."),
+        click.option("--ffn", type=int, help="Inline shape: MLP hidden size (default 4h, or "
+                     "Megatron's 8h/3 rounded to 64 with --swiglu)."),
+        click.option("--vocab", type=int, help="Inline shape: vocabulary size."),
+        click.option("--swiglu", is_flag=True, help="Inline shape: Llama-style layer (SwiGLU, "
+                     "RMSNorm, RoPE, no biases, untied output layer)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def narrowing_options(func):
+    """--tp --pp --vp --cp --mbs --recompute --sp --distributed-optimizer ..."""
+    options = [
+        click.option("--tp", type=IntListOrAuto, default=None,
+                     help="Tensor-parallel sizes to try, e.g. 4,8 (default auto)."),
+        click.option("--pp", type=IntListOrAuto, default=None,
+                     help="Pipeline-parallel sizes (default auto: divisors of the layers)."),
+        click.option("--vp", type=IntListOrAuto, default=None,
+                     help="Virtual pipeline stages per rank (default auto)."),
+        click.option("--cp", type=IntListOrAuto, default=None,
+                     help="Context-parallel sizes (default auto: only for seq >= 4096)."),
+        click.option("--mbs", type=IntListOrAuto, default=None,
+                     help="Micro-batch sizes (default auto: divisors of the global batch)."),
+        click.option("--recompute", type=KindListOrAuto, default=None,
+                     help="Recompute kinds: none, selective, full (default auto: all)."),
+        click.option("--sp", type=click.Choice(SWITCH_MODES), default="auto",
+                     show_default=True, help="Sequence parallelism."),
+        click.option("--distributed-optimizer", type=click.Choice(SWITCH_MODES),
+                     default="auto", show_default=True, help="Distributed optimizer."),
+        click.option("--max-tp-per-node", "--max-tp", "max_tp_per_node", type=int,
+                     default=None, help="Largest TP tried (default: GPUs per NVLink domain)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def stack_options(func):
+    """--stack and the single-feature overrides (``autoconfig.training.stack``)."""
+    options = [
+        click.option("--stack", default=None,
+                     help=f"Software stack the run uses (default {DEFAULT_STACK}; see "
+                          "heuristics/stacks/: megatron-lm, nemo, megatron-deepspeed, "
+                          "pytorch-fsdp, llm-foundry)."),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="Override: TP communication overlapped with GEMMs (TE userbuffers)."),
+        click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
+                     help="Override: DP gradient reduce overlapped with backward."),
+        click.option("--overlap-param-gather/--no-overlap-param-gather", default=None,
+                     help="Override: distributed-optimizer param all-gather overlapped."),
+        click.option("--grad-reduce-dtype", type=click.Choice(tuple(GRAD_REDUCE_DTYPES)),
+                     default=None, help="Override: dtype of the gradient reduction."),
+        click.option("--fused-attention/--no-fused-attention", default=None,
+                     help="Override: fused (flash) attention."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+STACK_OPTION_NAMES = ("stack", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+                      "grad_reduce_dtype", "fused_attention")
+
+
+def pop_software(options: dict, default_stack: str | None = None):
+    """Remove the stack options from ``options``; (Stack, SoftwareFeatures)."""
+    values = {name: options.pop(name) for name in STACK_OPTION_NAMES}
+    return resolve_software(values.pop("stack") or default_stack, **values)

@@ -1,0 +1,185 @@
+"""Software stacks: what the training software does, as named, sourced data.
+
+A stack (``heuristics/stacks/<name>.yaml``) is a set of ``SoftwareFeatures``
+values, each with its source: Megatron-LM's default flags, NeMo /
+Megatron-Bridge performance recipes, Megatron-DeepSpeed, PyTorch FSDP. The
+step-time and memory models ask "is TP communication overlapped?", never
+"which software is this?"; users pick a stack with ``--stack`` and override
+single features with flags (``with_overrides``). Published runs are described
+the same way: a stack plus what the source states.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.paths import heuristics_dir
+from autoconfig.yamlio import load_yaml, sourced_field
+
+DEFAULT_STACK = "megatron-lm"
+"""Megatron-LM's own defaults: the stack whose every assumption holds for a
+plain ``pretrain_gpt.py`` launch with Transformer Engine, so a prediction never
+leans on an overlap the user did not switch on. ``--stack nemo`` predicts (and
+the launch outputs then set) the performance recipes' overlaps."""
+GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+"""--grad-reduce-dtype -> bytes per reduced gradient element."""
+FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
+ATTENTION_KERNELS = ("fused", "llm-foundry")
+
+
+@dataclass(frozen=True)
+class SoftwareFeatures:
+    """What the training software does, where it changes the step time."""
+
+    flash_attention: bool = True
+    """Fused attention (FlashAttention/cuDNN): no s^2 score traffic, causal half skipped."""
+    attention_kernel: str = "fused"
+    """With ``flash_attention``: which kernel family, for its efficiency in
+    heuristics/perf.yaml attention_efficiency: ``fused`` (Transformer Engine's fused
+    attention as megatron-core runs it: cuDNN / FlashAttention-3 class kernels on
+    Hopper and Blackwell, FlashAttention-2 on Ampere) or ``llm-foundry`` (the
+    attention of llm-foundry's MPT benchmark tables: flash-attn 2 or MPT's Triton
+    flash kernel, the tables do not say which)."""
+    overlap_grad_reduce: bool = True
+    """Megatron --overlap-grad-reduce: gradient buckets reduce while the backward
+    of the last micro-batch runs, so only what exceeds it is exposed."""
+    overlap_param_gather: bool = True
+    """Megatron --overlap-param-gather (with the distributed optimizer): the bf16
+    parameter all-gather runs behind the next step's forward instead of after
+    the optimizer step."""
+    p2p_scatter_gather: bool = True
+    """Pipeline sends split over the TP ranks and all-gathered on arrival (Narayanan et
+    al. 2021, Sec. 4.1 "scatter/gather optimization"), so each rank sends 1/t of s*b*h;
+    with SP the activation is sharded anyway. DeepSpeed's PipelineEngine does the same
+    with TP > 1 (partitioned pipe buffers and gradients)."""
+    embedding_as_stage_layer: bool = False
+    """Pipeline split counts the input embedding and the output layer as one layer
+    each (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding';
+    megatron-core --account-for-embedding/loss-in-pipeline-split), so the last stage
+    holds (L + 2)/pp - 1 transformer layers; off (Megatron default): L/pp."""
+    framework: str = "megatron-core"
+    """Training framework (``megatron-core``, ``megatron-deepspeed`` or
+    ``pytorch-fsdp``): picks the per-layer per-micro-batch fixed cost of
+    heuristics/perf.yaml."""
+    grad_reduce_bytes: int = 4
+    """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
+    for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
+    megatron/training/arguments.py), so 4; fp16 runs of 2020-21 reduce in fp16, so 2."""
+    tp_comm_overlap: bool = False
+    """Transformer Engine's userbuffers comm-GEMM overlap (Megatron --tp-comm-overlap;
+    on in the Megatron-Bridge performance recipes: comm_overlap.tp_comm_overlap_cfg =
+    userbuffers_*): each TP all-gather / reduce-scatter is split and pipelined with
+    the GEMM next to it, so only TP traffic longer than the layer's weight GEMMs is
+    exposed. Off (Megatron-LM default): all of it is."""
+    param_gathers_per_microbatch: int = 0
+    """Fully sharded data parallel (PyTorch FSDP; Zhao et al. 2023, "PyTorch FSDP",
+    Sec. 3): each layer's bf16 parameters are all-gathered over the DP group just
+    before use and freed after, and its gradients reduce-scattered as its backward
+    ends, for every micro-batch. 2 for FULL_SHARD (ZeRO-3: gathered in forward and
+    again in backward; a full recompute runs inside that backward gather), 1 for
+    SHARD_GRAD_OP (ZeRO-2: kept from forward to backward), 0 for Megatron (the
+    distributed optimizer gathers once per step; see ``overlap_grad_reduce``)."""
+    overlap_sharded_comm: bool = True
+    """With ``param_gathers_per_microbatch`` > 0: FSDP prefetches the next layer's
+    all-gather while the current layer computes (forward_prefetch,
+    backward_prefetch=BACKWARD_PRE: the defaults of llm-foundry's FSDP config) and
+    reduce-scatters a layer's gradients while earlier layers run backward, so only
+    what exceeds the micro-batch's compute, plus the first layer's gather that
+    nothing precedes, is exposed; off: all of it."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A named software stack: its features and where each value comes from."""
+
+    name: str
+    description: str
+    features: SoftwareFeatures
+    sources: tuple[tuple[str, str], ...]
+    """(feature, source) for every feature the stack file sets."""
+
+
+def stacks_dir() -> Path:
+    return heuristics_dir() / "stacks"
+
+
+def stack_names() -> tuple[str, ...]:
+    """The stacks shipped in heuristics/stacks/, sorted."""
+    return tuple(sorted(p.stem for p in stacks_dir().glob("*.yaml")))
+
+
+def load_stack(name: str | None = None) -> Stack:
+    """The stack called ``name`` (default ``DEFAULT_STACK``); InputError naming
+    the allowed stacks for an unknown name."""
+    name = name or DEFAULT_STACK
+    if name not in stack_names():
+        raise InputError(f"unknown stack {name!r}: allowed are {', '.join(stack_names())}")
+    return _load_stack_cached(str(stacks_dir() / f"{name}.yaml"))
+
+
+@lru_cache(maxsize=16)
+def _load_stack_cached(path_text: str) -> Stack:
+    path = Path(path_text)
+    data = load_yaml(path)
+    raw = data.get("features")
+    if not isinstance(raw, dict) or not raw:
+        raise CatalogError(f"{path}: missing mapping 'features'")
+    known = {f.name for f in dataclasses.fields(SoftwareFeatures)} | {"grad_reduce_dtype"}
+    values, sources = {}, []
+    for key in raw:
+        if key not in known:
+            raise CatalogError(f"{path}: unknown feature {key!r}: allowed are "
+                               f"{', '.join(sorted(known))}")
+        value, source = sourced_field(raw, key, path)
+        sources.append((key, source))
+        if key == "grad_reduce_dtype":
+            key, value = "grad_reduce_bytes", _grad_bytes(value, str(path))
+        values[key] = value
+    features = SoftwareFeatures(**values)
+    _check(features, str(path))
+    return Stack(name=path.stem, description=str(data.get("description", "")),
+                 features=features, sources=tuple(sources))
+
+
+def _grad_bytes(dtype: str, where: str) -> int:
+    if dtype not in GRAD_REDUCE_DTYPES:
+        raise InputError(f"invalid grad reduce dtype {dtype!r} in {where}: allowed are "
+                         f"{', '.join(GRAD_REDUCE_DTYPES)}")
+    return GRAD_REDUCE_DTYPES[dtype]
+
+
+def _check(features: SoftwareFeatures, where: str) -> None:
+    if features.framework not in FRAMEWORKS:
+        raise CatalogError(f"{where}: unknown framework {features.framework!r}: allowed are "
+                           f"{', '.join(FRAMEWORKS)}")
+    if features.attention_kernel not in ATTENTION_KERNELS:
+        raise CatalogError(f"{where}: unknown attention kernel {features.attention_kernel!r}: "
+                           f"allowed are {', '.join(ATTENTION_KERNELS)}")
+
+
+def grad_reduce_dtype(features: SoftwareFeatures) -> str:
+    """The --grad-reduce-dtype a feature set reduces in (fp32 or bf16)."""
+    return "fp32" if features.grad_reduce_bytes == 4 else "bf16"
+
+
+def with_overrides(features: SoftwareFeatures, *, tp_comm_overlap: bool | None = None,
+                   overlap_grad_reduce: bool | None = None,
+                   overlap_param_gather: bool | None = None,
+                   grad_reduce_dtype: str | None = None,
+                   fused_attention: bool | None = None) -> SoftwareFeatures:
+    """The stack's features with single features overridden (None keeps the stack's)."""
+    changes = {k: v for k, v in (("tp_comm_overlap", tp_comm_overlap),
+                                 ("overlap_grad_reduce", overlap_grad_reduce),
+                                 ("overlap_param_gather", overlap_param_gather),
+                                 ("flash_attention", fused_attention)) if v is not None}
+    if grad_reduce_dtype is not None:
+        changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
+    return dataclasses.replace(features, **changes)
+
+
+def resolve_software(stack: str | None = None, **overrides) -> tuple[Stack, SoftwareFeatures]:
+    """(the named stack, its features with the overrides applied)."""
+    chosen = load_stack(stack)
+    return chosen, with_overrides(chosen.features, **overrides)
