@@ -137,15 +137,10 @@ def violations() -> dict[str, list[str]]:
     return found
 
 
-KNOWN = {
-    ("command imports command", "autoconfig.cli.capacity_cmd -> autoconfig.cli.search_cmd"):
-        "capacity_cmd reuses search_cmd's option types (ListOrAuto, positive_int, "
-        "default_global_batch_size...): move them to autoconfig/cli/options.py "
-        "(both files are the lead's)",
-    ("command imports command", "autoconfig.cli.estimate_cmd -> autoconfig.cli.search_cmd"):
-        "estimate_cmd reuses search_cmd's model options and resolve_model: move them to "
-        "autoconfig/cli/options.py (both files are the lead's)",
-}
+KNOWN: dict[tuple[str, str], str] = {}
+"""(rule, violation) -> reason, for violations in files this change may not edit.
+(The two command -> command imports of capacity_cmd and estimate_cmd were
+fixed on main by cli/options.py.)"""
 
 
 def _current() -> set[tuple[str, str]]:
