@@ -215,11 +215,15 @@ def test_scatter_gather_divides_pipeline_sends_by_tp():
     assert split < whole / 4  # bytes / 8, plus the same per-send latency
 
 
-def test_embedding_as_layer_lightens_the_last_stage():
-    p = plan(pp=16, dp=8)
-    plain = one(p)["compute_s"]
-    balanced = one(p, software=SoftwareFeatures(embedding_as_stage_layer=True))["compute_s"]
-    assert balanced < plain
+def test_the_slowest_stage_of_an_uneven_split_sets_the_step():
+    """GPT-3 175B (96 layers) on 16 stages: 6 each (the last also runs the output
+    layer, about a third of a layer here), or 7 + 14 x 6 + 5, or 5 + 14 x 6 + 7.
+    The slowest stage sets the steady state: 6 + output < 7 < 7 + output."""
+    even = one(plan(pp=16, dp=8))
+    light = one(plan(pp=16, dp=8, first_stage_layers=7, last_stage_layers=5))
+    heavy = one(plan(pp=16, dp=8, first_stage_layers=5, last_stage_layers=7))
+    assert even["step_time_s"] < light["step_time_s"] < heavy["step_time_s"]
+    assert even["compute_s"] < light["compute_s"] < heavy["compute_s"]
 
 
 def test_perf_yaml_without_source_is_a_catalog_error(tmp_path):

@@ -118,8 +118,8 @@ def test_bad_narrowing_is_an_input_error() -> None:
         enumerate_plans(model, Workload(8, 2048), cluster, AxisChoices(tp=(128,)))
     with pytest.raises(InputError, match="tp 5"):
         enumerate_plans(model, Workload(8, 2048), cluster, AxisChoices(tp=(5,)))
-    with pytest.raises(InputError, match="pp 5"):
-        enumerate_plans(model, Workload(8, 2048), cluster, AxisChoices(pp=(5,)))
+    with pytest.raises(InputError, match="pp 97"):  # more stages than layers
+        enumerate_plans(model, Workload(8, 2048), cluster, AxisChoices(pp=(97,)))
     with pytest.raises(InputError, match="cp 3"):
         enumerate_plans(model, Workload(8, 2048), cluster, AxisChoices(cp=(3,)))
     with pytest.raises(InputError, match="recompute"):
@@ -183,3 +183,31 @@ def test_enumeration_matches_brute_force() -> None:
              "sp seq": "seq/cp not divisible by tp (sp)"}
     assert space.rejected == {names[k]: v for k, v in rejected.items()}
     assert space.considered == len(valid) + sum(rejected.values())
+
+
+def test_uneven_splits_balance_embedding_and_output_layer() -> None:
+    """Llama 3 405B: 126 layers on 16 stages split 7 + 14 x 8 + 7 (embedding and
+    output layer counted as one layer each); a pp that divides the layers keeps
+    the even split too; every split adds up to the layers."""
+    from autoconfig.core.plan import Plan, stage_layers
+    from autoconfig.training.space import stage_splits
+    assert stage_splits(126, 16) == [(7, 7)]
+    assert (0, 0) in stage_splits(96, 8)
+    assert stage_splits(70, 12) == [(5, 5)]
+    for layers in (32, 70, 78, 80, 96, 106, 126):
+        for pp in range(2, 17):
+            for first, last in stage_splits(layers, pp):
+                plan = Plan(tp=1, pp=pp, dp=1, first_stage_layers=first, last_stage_layers=last)
+                split = stage_layers(layers, plan)
+                assert sum(split) == layers and len(split) == pp and min(split) >= 1
+
+
+def test_search_finds_uneven_plans_for_llama3_405b_on_16k_h100() -> None:
+    """Meta's layout (TP 8, CP 1, PP 16 with uneven stages) is among the valid plans."""
+    model = get_model("llama3", "405b")
+    h100 = get_gpu("h100")
+    cluster = Cluster(h100, nodes=2048, gpus_per_node=8)
+    space = enumerate_plans(model, Workload(2048, 8192), cluster,
+                            AxisChoices(tp=(8,), pp=(16,), cp=(1,), mbs=(1,)))
+    plans = [space.plans.plan(i) for i in range(len(space.plans))]
+    assert plans and all((p.first_stage_layers, p.last_stage_layers) == (7, 7) for p in plans)

@@ -5,20 +5,22 @@ predictions with their breakdowns out (a table, or JSON with --format json).
 """
 
 import json
+from dataclasses import replace
 
 import click
 from tabulate import tabulate
 
-from autoconfig.cli.options import model_options, pop_software, stack_options
+from autoconfig.cli.options import (architecture_options, model_options, pop_software,
+                                    stack_options)
 from autoconfig.core import catalog
-from autoconfig.core.catalog import resolve_model
+from autoconfig.core.catalog import resolve_model, with_architecture, with_network
 from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, Workload,
                                   describe_plan)
 from autoconfig.errors import InputError
 from autoconfig.training.estimate import estimate_plan
 from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
-from autoconfig.training.space import dp_for
+from autoconfig.training.space import default_split, dp_for
 
 
 def render_table(result: dict) -> str:
@@ -67,21 +69,30 @@ def render_table(result: dict) -> str:
               type=int, default=0, show_default=True,
               help="Layers on the last pipeline stage (0: even split).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
+@click.option("--memory-recipe", type=click.Choice(("bf16", "fp16", "fp32", "bf16_fp32_accum")),
+              default=None, help="Bytes-per-parameter recipe of heuristics/memory.yaml "
+              "(default bf16; fp16 for fp16 mixed precision).")
+@click.option("--internode-gb-per-s", type=float, default=None,
+              help="Scale-out bandwidth per GPU, one direction, GB/s (default: the GPU "
+                   "catalog's DGX/HGX figure).")
+@architecture_options
 @stack_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus,
              gpus_per_node, tp, pp, vp, cp, mbs, gbs, seq_len, recompute, recompute_method,
              recompute_num_layers, sp, distributed_optimizer, first_stage_layers,
-             last_stage_layers, precision, fmt, **stack_opts) -> None:
+             last_stage_layers, precision, memory_recipe, internode_gb_per_s, fmt,
+             **opts) -> None:
     """Predict memory per GPU and step time of one plan."""
-    stack, software = pop_software(stack_opts)
+    stack, software = pop_software(opts)
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
     if spec is None:
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
-    gpu_spec = catalog.get_gpu(gpu)
+    spec = with_architecture(spec, **opts)
+    gpu_spec = with_network(catalog.get_gpu(gpu), internode_gb_per_s)
     cluster = cluster_from_gpus(gpu_spec, gpus, gpus_per_node_for(gpu_spec, gpus_per_node))
     workload = Workload(global_batch_size=gbs, seq_len=seq_len or spec.seq_len,
                         precision=precision)
@@ -96,7 +107,11 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
                 recompute_num_layers=recompute_num_layers if full else 0,
                 distributed_optimizer=distributed_optimizer,
                 first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
-    result = estimate_plan(spec, workload, cluster, plan, software, stack.name)
+    if pp > 1 and not (first_stage_layers or last_stage_layers) and spec.num_layers % pp:
+        first_stage_layers, last_stage_layers = default_split(spec.num_layers, pp)
+        plan = replace(plan, first_stage_layers=first_stage_layers,
+                       last_stage_layers=last_stage_layers)
+    result = estimate_plan(spec, workload, cluster, plan, software, stack.name, memory_recipe)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:

@@ -9,7 +9,8 @@ import click
 from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import InputError
 from autoconfig.training.space import SWITCH_MODES
-from autoconfig.training.stack import DEFAULT_STACK, GRAD_REDUCE_DTYPES, resolve_software
+from autoconfig.training.stack import (DEFAULT_STACK, FSDP_SHARDING, GRAD_REDUCE_DTYPES,
+                                       resolve_software)
 
 
 class ListOrAuto(click.ParamType):
@@ -97,6 +98,28 @@ def narrowing_options(func):
     return func
 
 
+def architecture_options(func):
+    """--mlp --norm --positions --tied-embeddings --bias --dropout: architecture
+    details of the model (``autoconfig.core.catalog.with_architecture``)."""
+    options = [
+        click.option("--mlp", type=click.Choice(("gelu", "swiglu")), default=None,
+                     help="MLP kind (default: the model's)."),
+        click.option("--norm", type=click.Choice(("layernorm", "rmsnorm")), default=None,
+                     help="Normalisation (default: the model's)."),
+        click.option("--positions", type=click.Choice(("learned", "rope")), default=None,
+                     help="Position embedding: learned table or rotary/ALiBi (no parameters)."),
+        click.option("--tied-embeddings/--untied-embeddings", "tied_embeddings", default=None,
+                     help="Output layer shares the word embeddings (default: the model's)."),
+        click.option("--bias/--no-bias", default=None,
+                     help="Linear layers have biases (default: the model's)."),
+        click.option("--dropout", type=float, default=None,
+                     help="Hidden and attention dropout (default: the model's)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def stack_options(func):
     """--stack and the single-feature overrides (``autoconfig.training.stack``)."""
     options = [
@@ -114,6 +137,10 @@ def stack_options(func):
                      default=None, help="Override: dtype of the gradient reduction."),
         click.option("--fused-attention/--no-fused-attention", default=None,
                      help="Override: fused (flash) attention."),
+        click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
+                     help="Override: pipeline sends split over the TP ranks."),
+        click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
+                     help="Override for FSDP stacks: full-shard or shard-grad-op."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -121,7 +148,8 @@ def stack_options(func):
 
 
 STACK_OPTION_NAMES = ("stack", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-                      "grad_reduce_dtype", "fused_attention")
+                      "grad_reduce_dtype", "fused_attention", "p2p_scatter_gather",
+                      "fsdp_sharding")
 
 
 def pop_software(options: dict, default_stack: str | None = None):

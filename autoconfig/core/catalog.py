@@ -4,6 +4,7 @@ Nothing is loaded at import time: the CLI reads only what a command asks for.
 Users may give a path to a YAML file of their own instead of a catalog name.
 """
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -207,3 +208,34 @@ def resolve_model(model: str | None, size: str | None, layers: int | None, hidde
         if value is not None and value < 1:
             raise InputError(f"invalid {flag} {value}: must be a positive integer")
     return model_from_mapping(data, default_name=data["name"], where="inline shape")
+
+
+ARCHITECTURE_FIELDS = {"mlp": "mlp_kind", "norm": "norm_kind", "positions": "position_embedding",
+                       "tied_embeddings": "tied_embeddings", "bias": "has_bias",
+                       "dropout": ("hidden_dropout", "attention_dropout")}
+
+
+def with_architecture(model: ModelSpec, **changes) -> ModelSpec:
+    """An inline model with architecture details changed (None keeps the model's):
+    mlp (gelu|swiglu), norm (layernorm|rmsnorm), positions (learned|rope),
+    tied_embeddings, bias, dropout (hidden and attention alike)."""
+    values = {}
+    for key, value in changes.items():
+        if value is None:
+            continue
+        target = ARCHITECTURE_FIELDS[key]
+        for name in (target if isinstance(target, tuple) else (target,)):
+            values[name] = value
+    if "hidden_dropout" in values and not 0.0 <= values["hidden_dropout"] < 1.0:
+        raise InputError(f"invalid --dropout {values['hidden_dropout']}: must be in [0, 1)")
+    return replace(model, **values) if values else model
+
+
+def with_network(gpu: GPU, internode_gb_per_s: float | None) -> GPU:
+    """The GPU with another scale-out bandwidth per GPU (a cluster whose network
+    differs from the DGX/HGX figure of the catalog); None keeps the catalog's."""
+    if internode_gb_per_s is None:
+        return gpu
+    if internode_gb_per_s <= 0:
+        raise InputError(f"invalid --internode-gb-per-s {internode_gb_per_s:g}: must be > 0")
+    return replace(gpu, internode_bandwidth_gb_per_s=float(internode_gb_per_s))

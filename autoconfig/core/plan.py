@@ -223,6 +223,17 @@ def stage_layer_columns(num_layers: int, pp, first, last) -> dict:
             "last": np.where(single, num_layers, np.where(last > 0, last, middle))}
 
 
+def counts_embedding_and_loss(num_layers: int, pp, first, last):
+    """Whether a split is the one Megatron's --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split make: the embedding and the loss each
+    count as one layer, so first = last = (L + 2)/pp - 1 (vectorised). With virtual
+    stages Megatron then needs (L + 2) divisible by pp x vp, not each stage's layers."""
+    pp = np.asarray(pp)
+    edge = (num_layers + 2) // np.maximum(pp, 1) - 1
+    return ((pp > 2) & ((num_layers + 2) % np.maximum(pp, 1) == 0)
+            & (np.asarray(first) == edge) & (np.asarray(last) == edge) & (edge >= 1))
+
+
 def recompute_label(recompute: str, method: str, num_layers: int) -> str:
     """'none', 'selective' or 'full/uniform/1' (method and layers only for full)."""
     if recompute != "full":

@@ -2,17 +2,22 @@
 computation ``autoconfig validate`` scores against published runs."""
 
 from autoconfig.core.plan import PlanTable
-from autoconfig.training.memory import usable_bytes
+from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, stage_breakdown,
+                                        usable_bytes)
 from autoconfig.training.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
 from autoconfig.training.space import check_plan
 from autoconfig.training.stack import SoftwareFeatures, grad_reduce_dtype
 
 
 def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
-                  stack: str = "") -> dict:
-    """Predictions for one plan as a JSON-ready dict."""
+                  stack: str = "", recipe: str | None = None) -> dict:
+    """Predictions for one plan as a JSON-ready dict: step time and rates, the
+    memory of the most loaded stage and of each of the first, middle and last
+    (tensors alone as torch's max_memory_allocated counts them, and on the
+    device with allocator and context overhead, as nvidia-smi shows)."""
     check_plan(model, workload, cluster, plan)
-    table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]), software)
+    table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]), software,
+                          recipe)
     row = table.iloc[0]
     return {
         "model": model.name, "gpu": cluster.gpu.name, "gpus": cluster.num_gpus,
@@ -37,6 +42,17 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
         "fits": bool(fit[0]),
         "gpu_memory_gib": float(usable_bytes(cluster.gpu)) / GIB,
         "time_breakdown_s": {name[:-2]: float(row[name]) for name in TIME_FIELDS},
+        "memory_by_stage_gib": _stage_memory(model, workload, plan, software, recipe),
     }
+
+
+def _stage_memory(model, workload, plan, software, recipe) -> dict:
+    out = {}
+    for stage in STAGE_RANKS:
+        b = stage_breakdown(model, workload, PlanTable.from_plans([plan]), stage,
+                            software=software, recipe=recipe)
+        out[stage] = {"allocated": float(allocated_bytes(b)[0]) / GIB,
+                      "device": float(b.total_bytes[0]) / GIB}
+    return out
 
 

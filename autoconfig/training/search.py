@@ -110,10 +110,11 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
 
 
 def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable,
-             software: SoftwareFeatures | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+             software: SoftwareFeatures | None = None,
+             recipe: str | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Predictions for given (valid) plans, unranked: the table and fits."""
     software = software or load_stack(None).features
-    mem = memory.memory_breakdown(model, workload, plans, software=software)
+    mem = memory.memory_breakdown(model, workload, plans, software=software, recipe=recipe)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     times = perf.step_time(model, workload, plans, cluster, software=software)
     return _table(plans, workload, mem, times), fit

@@ -10,8 +10,12 @@ Axis rules (Megatron-LM ``megatron/training/arguments.py`` and
 
 - tp divides heads, kv heads and ffn hidden (column/row-parallel splits), and is
   at most the NVLink domain (GPUs per node) unless the user says otherwise.
-- pp divides the layers. Megatron also allows uneven first/last stages
-  (``--decoder-first-pipeline-num-layers``); that is not modelled.
+- pp splits the layers: evenly (L/pp), or unevenly with Megatron's
+  ``--decoder-first/last-pipeline-num-layers`` (``stage_splits``): the split
+  that counts the embedding and the output layer as one layer each (Megatron
+  --account-for-embedding/loss-in-pipeline-split: first = last = (L+2)/pp - 1)
+  and, for a pp that does not divide L, the split closest to even with the
+  remainder taken off the first and last stages.
 - vp (virtual stages per rank) divides layers/pp, needs pp > 1, and the number
   of micro-batches must be a multiple of pp ("number of microbatches is not
   divisible by pipeline-parallel size when using interleaved schedule").
@@ -39,7 +43,8 @@ from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
-                             Workload)
+                                  Workload, counts_embedding_and_loss,
+                                  stage_layer_columns, stage_layers)
 
 SWITCH_MODES = ("auto", "on", "off")
 CP_MIN_AUTO_SEQ_LEN = 4096
@@ -51,7 +56,7 @@ CP_MIN_TOKENS_PER_RANK = 1024
 # under the first rule it breaks).
 R_DP = "dp not integral (GPUs not divisible by tp*pp*cp)"
 R_VP_PP = "vp > 1 needs pp > 1"
-R_VP_LAYERS = "layers not divisible by pp*vp"
+R_VP_LAYERS = "stage layers not divisible by vp"
 R_SP_TP = "sp needs tp > 1"
 R_SP_SEQ = "seq/cp not divisible by tp (sp)"
 R_GBS = "gbs not divisible by mbs*dp"
@@ -136,15 +141,55 @@ def tp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[
     return values
 
 
+def stage_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """(first, last) stage layer counts worth trying for ``pp`` stages (0 = as the
+    middle stages): the even split where pp divides L; the split that counts the
+    embedding and the output layer as one layer each, first = last = (L+2)/pp - 1
+    (Megatron --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split; Llama 3 405B's 126 layers on 16 stages:
+    7, 14 x 8, 7, Dubey et al. 2024 Sec. 3.3.2); and where neither exists, the
+    split closest to even: middle stages ceil(L/pp), the rest shared by the first
+    and last (the last, which also holds the output layer, takes the smaller half).
+    """
+    if pp == 1:
+        return [(0, 0)]
+    splits = []
+    if num_layers % pp == 0:
+        splits.append((0, 0))
+    if pp > 2 and (num_layers + 2) % pp == 0 and (num_layers + 2) // pp >= 2:
+        edge = (num_layers + 2) // pp - 1
+        splits.append((edge, edge))
+    if not splits:
+        middle = -(-num_layers // pp)
+        rest = num_layers - (pp - 2) * middle
+        last = rest // 2
+        first = rest - last
+        if last >= 1 and first <= middle:
+            splits.append((first, last))
+    return splits
+
+
+def default_split(num_layers: int, pp: int) -> tuple[int, int]:
+    """The split ``estimate`` uses for a pp that does not divide the layers and
+    no split given: the first of ``stage_splits`` (InputError when none)."""
+    splits = [s for s in stage_splits(num_layers, pp) if s != (0, 0)]
+    if not splits:
+        raise InputError(f"invalid pp {pp}: cannot split the {num_layers} layers into {pp} "
+                         "stages")
+    return splits[0]
+
+
 def pp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[int]:
-    """pp must divide the layers (uneven first/last stages are not modelled)."""
+    """pp must split the layers, evenly or unevenly (``stage_splits``)."""
     if choices.pp is None:
-        return [p for p in divisors(model.num_layers) if p <= cluster.num_gpus]
+        return [p for p in range(1, min(model.num_layers, cluster.num_gpus) + 1)
+                if stage_splits(model.num_layers, p)
+                and (model.num_layers % p == 0 or cluster.num_gpus % p == 0)]
     values = sorted(set(choices.pp))
     for p in values:
-        if model.num_layers % p:
-            raise InputError(f"invalid pp {p}: must divide the {model.num_layers} layers of "
-                             f"{model.name}")
+        if p > model.num_layers or not stage_splits(model.num_layers, p):
+            raise InputError(f"invalid pp {p}: cannot split the {model.num_layers} layers of "
+                             f"{model.name} into {p} stages")
         if p > cluster.num_gpus:
             raise InputError(f"invalid pp {p}: larger than the {cluster.num_gpus} GPUs")
     return values
@@ -176,18 +221,31 @@ def mbs_values(workload: Workload, choices: AxisChoices) -> list[int]:
 
 
 def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.ndarray:
-    """(pp, vp) pairs: automatic vp lists only divisors of layers/pp (vp > 1
-    only when pp > 1); a user's vp list is crossed with every pp and checked
-    by the masks, so its rejections are counted."""
-    pairs = []
+    """(pp, vp, first, last) rows: every stage split of each pp, crossed with
+    automatic vp (divisors of the middle stages' layers that also divide the
+    first and last stages'; vp > 1 only when pp > 1) or the user's vp list,
+    which the masks then check so its rejections are counted."""
+    rows = []
     for p in pps:
-        if choices.vp is not None:
-            pairs += [(p, v) for v in sorted(set(choices.vp))]
-        elif p == 1:
-            pairs.append((1, 1))
-        else:
-            pairs += [(p, v) for v in divisors(model.num_layers // p)]
-    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        for first, last in stage_splits(model.num_layers, p):
+            layers = _split_layers(model.num_layers, p, first, last)
+            if choices.vp is not None:
+                vps = sorted(set(choices.vp))
+            elif p == 1:
+                vps = [1]
+            elif counts_embedding_and_loss(model.num_layers, p, first, last):
+                vps = divisors((model.num_layers + 2) // p)
+            else:
+                vps = [v for v in divisors(layers[1]) if layers[0] % v == 0
+                       and layers[2] % v == 0]
+            rows += [(p, v, first, last) for v in vps]
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+
+def _split_layers(num_layers: int, pp: int, first: int, last: int) -> tuple[int, int, int]:
+    """(first, middle, last) stage layers of one split (integers)."""
+    cols = stage_layer_columns(num_layers, pp, first, last)
+    return tuple(int(round(float(cols[k]))) for k in ("first", "middle", "last"))
 
 
 def _switch(mode: str) -> list[bool]:
@@ -207,13 +265,19 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
     ``cols`` holds tp, pp, vp, cp, mbs, sp (bool) columns of equal length.
     """
     tp, pp, vp, cp, mbs, sp = (cols[k] for k in ("tp", "pp", "vp", "cp", "mbs", "sp"))
+    stages = stage_layer_columns(model.num_layers, pp, cols.get("first_stage_layers", 0),
+                                 cols.get("last_stage_layers", 0))
     model_parallel = tp * pp * cp
     dp = np.maximum(num_gpus // model_parallel, 1)
     micro_batches = workload.global_batch_size // np.maximum(mbs * dp, 1)
     return [
         (R_DP, (num_gpus % model_parallel != 0) | (model_parallel > num_gpus)),
         (R_VP_PP, (vp > 1) & (pp == 1)),
-        (R_VP_LAYERS, model.num_layers % (pp * vp) != 0),
+        (R_VP_LAYERS, ((stages["first"] % vp != 0) | (stages["middle"] % vp != 0)
+                       | (stages["last"] % vp != 0))
+         & ~(counts_embedding_and_loss(model.num_layers, pp, cols.get("first_stage_layers", 0),
+                                       cols.get("last_stage_layers", 0))
+             & ((model.num_layers + 2) % (pp * vp) == 0))),
         (R_SP_TP, sp & (tp == 1)),
         (R_SP_SEQ, sp & ((workload.seq_len // cp) % tp != 0)),
         (R_GBS, workload.global_batch_size % (mbs * dp) != 0),
@@ -262,7 +326,8 @@ def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
 
     t, pair, c, m, s, d = _grid(tps, np.arange(len(pairs)), cps, mbss, sps, dos)
     cols = {"tp": t, "pp": pairs[pair, 0], "vp": pairs[pair, 1], "cp": c, "mbs": m, "sp": s,
-            "distributed_optimizer": d}
+            "distributed_optimizer": d, "first_stage_layers": pairs[pair, 2],
+            "last_stage_layers": pairs[pair, 3]}
     dp = num_gpus // (cols["tp"] * cols["pp"] * cols["cp"])
     # Variants that are never generated (not rejections): sp on at tp = 1 and
     # distributed optimizer on at dp = 1 when the user left them on auto.
@@ -273,8 +338,7 @@ def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
         keep &= ~(cols["distributed_optimizer"] & (dp <= 1))
     cols = {k: v[keep] for k, v in cols.items()}
 
-    chunk = model.num_layers // (cols["pp"] * cols["vp"])
-    whole_chunk = model.num_layers % (cols["pp"] * cols["vp"]) == 0
+    chunk, whole_chunk = _chunk_layers(model, cols)
     weight = _variant_counts(model.num_layers, kinds)[np.where(whole_chunk, chunk, 0)]
 
     rejected: dict[str, int] = {}
@@ -296,7 +360,7 @@ def _variant_counts(num_layers: int, kinds: tuple[str, ...]) -> np.ndarray:
     counts = np.zeros(num_layers + 1, dtype=np.int64)
     counts[0] = len(kinds)
     for n in range(1, num_layers + 1):
-        counts[n] = len(recompute_variants(n, kinds)) if num_layers % n == 0 else 0
+        counts[n] = len(recompute_variants(n, kinds))
     return counts
 
 
@@ -304,7 +368,7 @@ def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tupl
                       num_gpus: int) -> PlanTable:
     """Cross each surviving row with the recompute variants of its chunk size
     (one numpy repeat per distinct chunk size, not a loop per plan)."""
-    chunk = model.num_layers // (cols["pp"] * cols["vp"])
+    chunk, _ = _chunk_layers(model, cols)
     parts: list[dict[str, np.ndarray]] = []
     for size in np.unique(chunk):
         rows = np.flatnonzero(chunk == size)
@@ -316,7 +380,8 @@ def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tupl
         part["recompute_num_layers"] = np.tile(variants[:, 2], len(rows))
         parts.append(part)
     names = ("tp", "pp", "vp", "cp", "mbs", "sp", "distributed_optimizer", "recompute",
-             "recompute_method", "recompute_num_layers")
+             "recompute_method", "recompute_num_layers", "first_stage_layers",
+             "last_stage_layers")
     if parts:
         merged = {n: np.concatenate([p[n] for p in parts]) for n in names}
     else:
@@ -324,26 +389,35 @@ def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tupl
                               else bool if n in ("sp", "distributed_optimizer") else np.int64)
                   for n in names}
     merged["dp"] = num_gpus // np.maximum(merged["tp"] * merged["pp"] * merged["cp"], 1)
-    for name in ("first_stage_layers", "last_stage_layers"):
-        merged.setdefault(name, np.zeros(len(merged["tp"]), dtype=np.int64))
     return PlanTable(**merged)
+
+
+def _chunk_layers(model: ModelSpec, cols: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(layers of one model chunk of the middle stages, whether that is whole):
+    Megatron applies --recompute-num-layers per chunk of layers/(pp vp)."""
+    stages = stage_layer_columns(model.num_layers, cols["pp"], cols["first_stage_layers"],
+                                 cols["last_stage_layers"])
+    chunk = stages["middle"] / cols["vp"]
+    whole = np.isclose(chunk, np.round(chunk)) & (chunk >= 1)
+    return np.where(whole, np.round(chunk), 0).astype(np.int64), whole
 
 
 def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Plan) -> None:
     """Raise InputError naming the first rule a user's single plan breaks."""
     choices = AxisChoices(tp=(plan.tp,), pp=(plan.pp,), cp=(plan.cp,), max_tp=plan.tp)
     tp_values(model, cluster, choices)
-    pp_values(model, cluster, choices)
     cp_values(workload, cluster, choices)
     if plan.tp * plan.pp * plan.cp * plan.dp != cluster.num_gpus:
         raise InputError(f"invalid plan: tp*pp*cp = {plan.tp * plan.pp * plan.cp} does not "
                          f"divide the {cluster.num_gpus} GPUs into a whole data-parallel size")
-    cols = {k: np.array([getattr(plan, k)]) for k in ("tp", "pp", "vp", "cp", "mbs", "sp")}
+    stage_layers(model.num_layers, plan)  # InputError for a split the layers do not allow
+    cols = {k: np.array([getattr(plan, k)]) for k in ("tp", "pp", "vp", "cp", "mbs", "sp",
+                                                       "first_stage_layers", "last_stage_layers")}
     for reason, broken in structural_masks(model, workload, cluster.num_gpus, cols):
         if broken[0]:
             raise InputError(f"invalid plan: {reason} ({_describe(plan, workload)})")
     if plan.recompute == "full":
-        chunk = model.num_layers // (plan.pp * plan.vp)
+        chunk = max(stage_layers(model.num_layers, plan)) // plan.vp
         if plan.recompute_num_layers > chunk:
             raise InputError(f"invalid recompute layers {plan.recompute_num_layers}: a model "
                              f"chunk has {chunk} layers (layers/(pp*vp))")

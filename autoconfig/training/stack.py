@@ -25,6 +25,9 @@ leans on an overlap the user did not switch on. ``--stack nemo`` predicts (and
 the launch outputs then set) the performance recipes' overlaps."""
 GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 """--grad-reduce-dtype -> bytes per reduced gradient element."""
+FSDP_SHARDING = {"full-shard": 2, "shard-grad-op": 1}
+"""--fsdp-sharding -> parameter all-gathers per micro-batch (PyTorch ShardingStrategy
+FULL_SHARD gathers in forward and again in backward; SHARD_GRAD_OP keeps them)."""
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
 ATTENTION_KERNELS = ("fused", "llm-foundry")
 
@@ -54,11 +57,6 @@ class SoftwareFeatures:
     al. 2021, Sec. 4.1 "scatter/gather optimization"), so each rank sends 1/t of s*b*h;
     with SP the activation is sharded anyway. DeepSpeed's PipelineEngine does the same
     with TP > 1 (partitioned pipe buffers and gradients)."""
-    embedding_as_stage_layer: bool = False
-    """Pipeline split counts the input embedding and the output layer as one layer
-    each (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding';
-    megatron-core --account-for-embedding/loss-in-pipeline-split), so the last stage
-    holds (L + 2)/pp - 1 transformer layers; off (Megatron default): L/pp."""
     framework: str = "megatron-core"
     """Training framework (``megatron-core``, ``megatron-deepspeed`` or
     ``pytorch-fsdp``): picks the per-layer per-micro-batch fixed cost of
@@ -168,14 +166,25 @@ def with_overrides(features: SoftwareFeatures, *, tp_comm_overlap: bool | None =
                    overlap_grad_reduce: bool | None = None,
                    overlap_param_gather: bool | None = None,
                    grad_reduce_dtype: str | None = None,
-                   fused_attention: bool | None = None) -> SoftwareFeatures:
+                   fused_attention: bool | None = None,
+                   p2p_scatter_gather: bool | None = None,
+                   fsdp_sharding: str | None = None) -> SoftwareFeatures:
     """The stack's features with single features overridden (None keeps the stack's)."""
     changes = {k: v for k, v in (("tp_comm_overlap", tp_comm_overlap),
                                  ("overlap_grad_reduce", overlap_grad_reduce),
                                  ("overlap_param_gather", overlap_param_gather),
-                                 ("flash_attention", fused_attention)) if v is not None}
+                                 ("flash_attention", fused_attention),
+                                 ("p2p_scatter_gather", p2p_scatter_gather)) if v is not None}
     if grad_reduce_dtype is not None:
         changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
+    if fsdp_sharding is not None:
+        if fsdp_sharding not in FSDP_SHARDING:
+            raise InputError(f"invalid --fsdp-sharding {fsdp_sharding!r}: allowed are "
+                             f"{', '.join(FSDP_SHARDING)}")
+        if features.param_gathers_per_microbatch == 0:
+            raise InputError(f"--fsdp-sharding {fsdp_sharding} needs a fully sharded stack "
+                             "(pytorch-fsdp or llm-foundry)")
+        changes["param_gathers_per_microbatch"] = FSDP_SHARDING[fsdp_sharding]
     return dataclasses.replace(features, **changes)
 
 

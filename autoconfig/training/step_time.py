@@ -1,9 +1,11 @@
 """Analytical step time of a Megatron-style training step, vectorised over a PlanTable.
 
-One step = the slowest pipeline stage (the last, unless the split counts the
-output layer as a layer: ``SoftwareFeatures.embedding_as_stage_layer``) running ``m = GBS / (MBS * DP)``
-micro-batches forward and backward (1F1B or interleaved 1F1B), plus the
-pipeline bubble, exposed communication and the optimizer step:
+One step = the slowest pipeline stage (of the first, the middle and the last,
+each with its own layer count: ``Plan.first_stage_layers`` and
+``last_stage_layers``; the last also runs the output layer) running
+``m = GBS / (MBS * DP)`` micro-batches forward and backward (1F1B or
+interleaved 1F1B), plus the pipeline fill and drain, exposed communication
+and the optimizer step:
 
     step = compute + recompute + tp_comm + cp_comm + bubble + p2p + dp_comm + optimizer
 
@@ -14,8 +16,7 @@ a fixed per-layer per-micro-batch framework cost
 (``PerfConstants.layer_overhead_s`` of ``SoftwareFeatures.framework``), which
 makes small micro-batches slower than their FLOPs say.
 
-Every term is per GPU of the slowest stage (the last one: it holds ``L/pp``
-layers and the output layer). The constants live in ``heuristics/perf.yaml``;
+Every term is per GPU of the slowest stage. The constants live in ``heuristics/perf.yaml``;
 the software features of the run (flash attention, overlapped gradient
 reduce, gradient reduce dtype) in ``SoftwareFeatures``.
 """
@@ -32,7 +33,8 @@ from autoconfig.core.hardware import Cluster, GPU
 from autoconfig.core.model import (ModelSpec, embedding_params, layer_params,
                               model_flops_per_token, output_layer_params)
 from autoconfig.paths import heuristics_dir
-from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload
+from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
+                                  stage_layer_columns)
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
 
@@ -205,32 +207,30 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     b = plans.mbs.astype(float)
     tokens = b * workload.seq_len / cp
     micro = workload.global_batch_size / (b * dp)
-    layers = model.num_layers / pp
-    if sw.embedding_as_stage_layer:
-        layers = np.where(pp > 1, np.maximum((model.num_layers + 2.0) / pp - 1.0, 1.0), layers)
+    stages = stage_layer_columns(model.num_layers, pp, plans.first_stage_layers,
+                                 plans.last_stage_layers)
 
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
     times = _forward_times(model, workload, plans, gpu, c, sw)
-    layer_fwd, attn, logits_fwd = times["layer"], times["attention"], times["logits"]
 
-    # Recompute: full -> forward of the recomputed layers; selective -> attention core.
-    full_layers = np.where(
-        (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
-        np.minimum(plans.recompute_num_layers * vp, layers), layers)
-    rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
-    rc_mb = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
-                     np.where(plans.recompute == _SELECTIVE,
-                              layers * (attn + times["scores"]), 0.0))
-    attn_bwd = times["attention_backward"]
-    # Forward + backward: 3 x forward for the GEMMs, the attention core its own backward.
-    compute_mb = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd) + 3.0 * logits_fwd
+    def stage(layers, logits: float | np.ndarray):
+        return _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens,
+                                 layers, logits)
 
-    tp_mb = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
-    if sw.tp_comm_overlap:
-        tp_mb = np.maximum(0.0, tp_mb - (3.0 * layers + rc_layers) * times["weight_gemm"])
-    cp_mb = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
-    fixed_mb = layers * c.layer_overhead_s.get(sw.framework, 0.0)
-    per_mb = compute_mb + rc_mb + tp_mb + cp_mb + fixed_mb
+    single = pp == 1
+    first = stage(stages["first"], np.where(single, 1.0, 0.0))
+    middle = stage(stages["middle"], np.where(single, 1.0, 0.0))
+    last = stage(stages["last"], 1.0)
+    per_stage = np.stack([first["total"], middle["total"], last["total"]])
+    slowest = np.argmax(per_stage, axis=0)
+    pick = {k: np.choose(slowest, [first[k], middle[k], last[k]]) for k in last}
+    # Fill and drain (1F1B: Narayanan et al. 2021 Sec. 2.2.1): the slowest stage
+    # waits for one micro-batch through every other stage before its first
+    # forward and after its last backward; the interleaved schedule cuts that by
+    # vp. With even stages this is (p - 1)/v micro-batch times of the other stages.
+    all_stages = first["total"] + np.maximum(pp - 2.0, 0.0) * middle["total"] + np.where(
+        single, 0.0, last["total"])
+    bubble = np.where(single, 0.0, (all_stages - pick["total"]) / vp)
 
     split = plans.sp | sw.p2p_scatter_gather
     p2p_bytes = tokens * model.hidden_size * BF16_BYTES / np.where(split, t, 1.0)
@@ -238,50 +238,56 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
                      gpu.nvlink_bandwidth_gb_per_s, gpu.internode_bandwidth_gb_per_s)
     p2p_one = p2p_s(p2p_bytes, pp_bw * 1e9 * c.comm_bandwidth_efficiency, c.comm_latency_s)
     pp_p2p = np.where(pp > 1, micro * vp * 2.0 * p2p_one, 0.0)
-    bubble = (pp - 1.0) / vp * _fill_drain_microbatch_s(model, sw, pp, layers, per_mb,
-                                                        3.0 * logits_fwd)
 
+    # Gradients and optimizer state: the last stage holds the output layer, the most parameters.
+    layers = stages["last"]
     if sw.param_gathers_per_microbatch > 0:
         dp_comm = micro * _sharded_dp_comm_per_microbatch(
-            model, cluster, c, sw, t, cp, dp, layers, window_s=per_mb)
+            model, cluster, c, sw, t, cp, dp, layers, window_s=last["total"])
     else:
         dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
-                           backward_window_s=layers * (2.0 * (layer_fwd - attn) + attn_bwd)
-                           + 2.0 * logits_fwd)
+                           backward_window_s=last["backward"])
     optimizer = _optimizer_s(model, c, plans, t, cp, dp, layers, hbm)
 
-    compute = micro * compute_mb
-    step = (compute + micro * (rc_mb + tp_mb + cp_mb + fixed_mb) + bubble + pp_p2p + dp_comm
-            + optimizer)
+    step = micro * pick["total"] + bubble + pp_p2p + dp_comm + optimizer
     num_gpus = t * pp * dp * cp
     tokens_per_gpu = workload.tokens_per_step / step / num_gpus
     model_tflops = tokens_per_gpu * model_flops_per_token(model, workload.seq_len) / 1e12
     return StepTimeBreakdown(
-        compute_s=compute + micro * fixed_mb, recompute_s=micro * rc_mb, tp_comm_s=micro * tp_mb,
-        cp_comm_s=micro * cp_mb, pp_bubble_s=bubble, pp_p2p_s=pp_p2p, dp_comm_s=dp_comm,
-        optimizer_s=optimizer, step_time_s=step, tokens_per_s_per_gpu=tokens_per_gpu,
-        model_tflops_per_gpu=model_tflops,
+        compute_s=micro * (pick["compute"] + pick["fixed"]), recompute_s=micro * pick["recompute"],
+        tp_comm_s=micro * pick["tp"], cp_comm_s=micro * pick["cp"], pp_bubble_s=bubble,
+        pp_p2p_s=pp_p2p, dp_comm_s=dp_comm, optimizer_s=optimizer, step_time_s=step,
+        tokens_per_s_per_gpu=tokens_per_gpu, model_tflops_per_gpu=model_tflops,
         mfu=model_tflops / gpu.peak_tflops(workload.precision))
 
 
-def _fill_drain_microbatch_s(model: ModelSpec, sw: SoftwareFeatures, pp, layers, per_mb,
-                             logits_mb):
-    """One micro-batch slot of the pipeline fill and drain, seen from the slowest
-    (last) stage.
-
-    The last stage waits for the first micro-batch's forward through stages
-    0..pp-2 and, after its own last backward, for their backwards (1F1B:
-    Narayanan et al. 2021, Sec. 2.2.1, bubble = (p-1) micro-batch times). Those
-    stages hold no output layer, so a slot is a micro-batch of the other stages'
-    layers without the logits: L/pp layers, or (L+2)/pp when the split counts
-    the embedding and output layer as layers (their middle stages then hold one
-    layer more than the last). Everything else in ``per_mb`` scales with layers.
-    """
-    per_layer = (per_mb - logits_mb) / layers
-    other = model.num_layers / pp
-    if sw.embedding_as_stage_layer:
-        other = (model.num_layers + 2.0) / pp
-    return per_layer * other
+def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, layers,
+                      logits) -> dict:
+    """Seconds one micro-batch spends on a stage of ``layers`` transformer layers
+    (forward + backward), with ``logits`` = 1 where the stage holds the output
+    layer: compute, recompute, exposed TP and CP communication and the
+    framework's fixed per-layer cost, their total, and the backward part (the
+    window the gradient reduce can hide behind)."""
+    layer_fwd, attn, attn_bwd = times["layer"], times["attention"], times["attention_backward"]
+    logits_fwd = logits * times["logits"]
+    # Recompute: full -> forward of the recomputed layers; selective -> attention core.
+    full_layers = np.where(
+        (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
+        np.minimum(plans.recompute_num_layers * vp, layers), layers)
+    rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
+    recompute = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
+                         np.where(plans.recompute == _SELECTIVE,
+                                  layers * (attn + times["scores"]), 0.0))
+    # Forward + backward: 3 x forward for the GEMMs, the attention core its own backward.
+    compute = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd) + 3.0 * logits_fwd
+    tp = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
+    if sw.tp_comm_overlap:
+        tp = np.maximum(0.0, tp - (3.0 * layers + rc_layers) * times["weight_gemm"])
+    cp_comm = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
+    fixed = layers * c.layer_overhead_s.get(sw.framework, 0.0)
+    backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd) + 2.0 * logits_fwd
+    return {"compute": compute, "recompute": recompute, "tp": tp, "cp": cp_comm, "fixed": fixed,
+            "total": compute + recompute + tp + cp_comm + fixed, "backward": backward}
 
 
 def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,

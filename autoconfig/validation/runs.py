@@ -68,6 +68,7 @@ import csv
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from autoconfig.core.catalog import get_gpu
@@ -75,15 +76,14 @@ from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec, hardware_flops_per_token
 
-from autoconfig.core.plan import Plan, Workload
-from autoconfig.training.stack import SoftwareFeatures
+from autoconfig.core.plan import Plan, Workload, stage_layers
+from autoconfig.paths import benchmarks_dir
+from autoconfig.training.space import stage_splits
+from autoconfig.training.stack import (FSDP_SHARDING, SoftwareFeatures, load_stack,
+                                       with_overrides)
+from autoconfig.yamlio import load_yaml
 
 MEASURES = ("step_time_s", "hardware_tflops_per_gpu", "tokens_per_s_per_gpu")
-LLAMA3_VOCAB = 128256
-BLOOM_VOCAB = 250880
-JEAN_ZAY_IB_GB_PER_S = 6.25
-"""BigScience 2022 (arXiv:2211.05100, Sec. 3.4.1) and the bigscience/bloom model card:
-each Jean Zay node of 8 A100 has 4 Omni-Path 100 Gb/s links, 50 GB/s for 8 GPUs."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,10 @@ class Run:
     workload: Workload | None = None
     plan: Plan | None = None
     cluster: Cluster | None = None
+    stack: str = ""
+    """The software stack the source ran (heuristics/stacks/)."""
     software: SoftwareFeatures = SoftwareFeatures()
+    """The stack's features with what the source states on top."""
     measure: str = ""
     """Which figure the row measured: one of MEASURES."""
     measured: float | None = None
@@ -194,10 +197,11 @@ def row_to_run(row: dict) -> Run:
     reason = _skip_reason(row)
     if reason and not _plan_buildable(row):
         return Run(**base, skip_reason=reason)
+    settings = source_settings(row["source_id"])
     assumptions: list[str] = []
     try:
-        model = _model(row, assumptions)
-        plan = _plan(row, model, assumptions)
+        model = _model(row, settings, assumptions)
+        plan = _plan(row, settings, model, assumptions)
     except InputError:
         if reason:
             return Run(**base, skip_reason=reason)
@@ -208,24 +212,39 @@ def row_to_run(row: dict) -> Run:
     workload = Workload(global_batch_size=_int(row, "global_batch_size"),
                         seq_len=_int(row, "seq_len"), precision=precision)
     gpu = get_gpu(_gpu_name(row["gpu_type"]))
-    if row["source_id"] == "S10":
-        gpu = dataclasses.replace(gpu, internode_bandwidth_gb_per_s=JEAN_ZAY_IB_GB_PER_S)
-        assumptions.append("Jean Zay Omni-Path 6.25 GB/s/GPU")
+    internode = (settings.get("cluster") or {}).get("internode_gb_per_s")
+    if internode:
+        gpu = dataclasses.replace(gpu, internode_bandwidth_gb_per_s=float(internode))
+        assumptions.append(f"scale-out network {internode} GB/s per GPU")
     if _pytorch_fsdp(row):
         assumptions.append(f"{row['dp_sharding'].split(' ')[-1]} as DP + per-micro-batch "
                            "param gathers and grad reduce-scatter")
-    if row["source_id"] == "S09" and "H100" in row["gpu_type"]:
-        assumptions.append("DGX H100 InfiniBand 8 x 400 Gb/s (not stated)")
     cluster = cluster_from_gpus(gpu, plan.num_gpus, gpu.gpus_per_node)
-    measure, measured = _measured(row)
+    measure, measured = _measured(row, settings)
     mem_text = row.get("mem_gb_measured") or ""
+    stack, software = _software(row, settings)
     return Run(**base, model=model, workload=workload, plan=plan, cluster=cluster,
-               software=_software(row), measure=measure, measured=measured,
+               stack=stack, software=software, measure=measure, measured=measured,
                memory_bytes=_memory_bytes(row), oom=mem_text == "OOM",
                memory_kind=_memory_kind(row), memory_stage=_memory_stage(row),
-               memory_recipe=_memory_recipe(row), skip_reason=reason,
+               memory_recipe=_memory_recipe(row, settings), skip_reason=reason,
                assumptions=tuple(assumptions),
-               throughput_benchmark=row["source_id"] != "S17")
+               throughput_benchmark=bool(settings.get("throughput_benchmark", True)))
+
+
+def source_settings(source_id: str) -> dict:
+    """What ``benchmarks/run_settings.yaml`` says of a source's runs (one dict per
+    source: stack, software overrides, architecture, plan defaults, measure)."""
+    settings = _all_settings()
+    if source_id not in settings:
+        raise InputError(f"no settings for source {source_id!r} in "
+                         f"{benchmarks_dir() / 'run_settings.yaml'}: add how its runs were made")
+    return settings[source_id]
+
+
+@lru_cache(maxsize=1)
+def _all_settings() -> dict:
+    return load_yaml(benchmarks_dir() / "run_settings.yaml")
 
 
 def _memory_kind(row: dict) -> str:
@@ -249,17 +268,18 @@ def _memory_bytes(row: dict) -> float | None:
     return value * (1e9 if _memory_kind(row) == "allocated" else 2**30)
 
 
-def _memory_recipe(row: dict) -> str:
-    """Bytes-per-parameter recipe (heuristics/memory.yaml): BLOOM used 16-bit
-    gradients with ZeRO-1 (fp16, and bf16 before 02-28) until the DeepSpeed BF16
-    optimizer with fp32 gradient accumulation (02-28 on, 'BF16 optimizer' in the
-    precision cell); Megatron-LM bf16 keeps fp32 main grads."""
+def _memory_recipe(row: dict, settings: dict) -> str:
+    """Bytes-per-parameter recipe (heuristics/memory.yaml): a precision cell that
+    names the DeepSpeed BF16 optimizer ('BF16 optimizer': fp32 gradient
+    accumulation) uses bf16_fp32_accum, an fp16 cell fp16, otherwise the source's
+    recipe (BLOOM kept 16-bit gradients with ZeRO-1 before that optimizer), else
+    bf16 (Megatron-LM bf16 keeps fp32 main grads)."""
     text = row["precision"]
-    if row["source_id"] == "S10":
-        return "bf16_fp32_accum" if "BF16 optimizer" in text else "fp16"
+    if "BF16 optimizer" in text:
+        return "bf16_fp32_accum"
     if text.strip().lower().startswith("fp16"):
         return "fp16"
-    return "bf16"
+    return str(settings.get("memory_recipe", "bf16"))
 
 
 def _plan_buildable(row: dict) -> bool:
@@ -273,7 +293,7 @@ def _skip_reason(row: dict) -> str:
         return reason
     if (row.get("mem_gb_measured") or "") == "OOM":
         return "OOM row: no throughput measured"
-    if _measured(row)[1] is None:
+    if _measured(row, source_settings(row["source_id"]))[1] is None:
         return "no throughput figure"
     if (row.get("derived_fields") or "").startswith("CHECK"):
         return "row flagged inconsistent in the source"
@@ -312,20 +332,26 @@ def _step_matches_tflops(row: dict) -> bool:
     if step is None or tflops is None or "hardware" not in kind:
         return True
     layers, h, s = _int(row, "num_layers"), _int(row, "hidden_size"), _int(row, "seq_len")
-    vocab = BLOOM_VOCAB if (row.get("vocab_size") or "").strip() == "250k" else _int(row, "vocab_size")
+    vocab = _vocab(row, source_settings(row["source_id"]))
     batch, gpus = _int(row, "global_batch_size"), _int(row, "num_gpus")
     flops = 96.0 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
     return abs(flops / (step * gpus * 1e12) / tflops - 1.0) <= 0.15
 
 
-def _model(row: dict, assumptions: list[str]) -> ModelSpec:
-    source = row["source_id"]
+def _vocab(row: dict, settings: dict) -> int:
+    """The row's vocabulary, or the architecture's where the row gives none or a
+    rounded figure ('250k')."""
+    text = (row.get("vocab_size") or "").strip()
+    if text and not text.endswith("k"):
+        return int(_num(text))
+    return int(settings["architecture"]["vocab"])
+
+
+def _model(row: dict, settings: dict, assumptions: list[str]) -> ModelSpec:
+    arch = settings["architecture"]
     h, heads = _int(row, "hidden_size"), _int(row, "num_heads")
-    llama = source == "S08"
-    mpt = source == "S09"
-    vocab = _int(row, "vocab_size")
-    if vocab is None or (row.get("vocab_size") or "").strip() == "250k":
-        vocab = LLAMA3_VOCAB if llama else BLOOM_VOCAB if source == "S10" else 51200
+    vocab = _vocab(row, settings)
+    if vocab != _int(row, "vocab_size"):
         assumptions.append(f"vocab {vocab}")
     if "padded to multiple of 128*TP" in (row.get("vocab_size") or ""):
         # Megatron --make-vocab-size-divisible-by 128, times TP (megatron/training/tokenizer).
@@ -336,23 +362,21 @@ def _model(row: dict, assumptions: list[str]) -> ModelSpec:
     if ffn is None:
         ffn = 4 * h
         assumptions.append("ffn 4h")
-    # Llama recipes train without dropout (NeMo LlamaConfig: 0.0), and so do the MPT
-    # yamls (resid_pdrop/attn_pdrop/emb_pdrop 0.0); others the 0.1 default.
-    dropout = 0.0 if llama or mpt else 0.1
     return ModelSpec(
         name=row["model_name"], num_layers=_int(row, "num_layers"), hidden_size=h,
         num_heads=heads, num_kv_heads=_int(row, "num_kv_heads") or heads,
         ffn_hidden_size=ffn, vocab_size=vocab, seq_len=_int(row, "seq_len"),
-        mlp_kind="swiglu" if llama else "gelu", norm_kind="rmsnorm" if llama else "layernorm",
-        position_embedding="rope" if llama or source in ("S10", "S17") else "learned",
-        tied_embeddings=not (llama or source == "S17"), has_bias=not (llama or mpt),
-        hidden_dropout=dropout, attention_dropout=dropout)
+        mlp_kind=arch["mlp"], norm_kind=arch["norm"], position_embedding=arch["positions"],
+        tied_embeddings=bool(arch["tied_embeddings"]), has_bias=bool(arch["bias"]),
+        hidden_dropout=float(arch["dropout"]), attention_dropout=float(arch["dropout"]))
 
 
-def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
-    source = row["source_id"]
+def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
+    defaults = settings.get("plan") or {}
     tp, pp = _int(row, "tp"), _int(row, "pp")
     if tp is None:
+        # Only the model-parallel size given: TP = min(8, mp), PP = mp / TP (the 2021
+        # Megatron-LM README: sizes above 8 use tensor parallelism 8).
         mp = _int(row, "mp_size_reported")
         tp = min(8, mp)
         pp = mp // tp
@@ -363,91 +387,128 @@ def _plan(row: dict, model: ModelSpec, assumptions: list[str]) -> Plan:
     dp = num_gpus // (tp * pp * cp)
     mbs = _int(row, "micro_batch_size")
     if mbs is None:
-        mbs = _int(row, "global_batch_size") // dp if source == "S05" else 1
+        per_replica = defaults.get("mbs") == "per_replica"
+        mbs = _int(row, "global_batch_size") // dp if per_replica else int(defaults.get("mbs", 1))
         assumptions.append(f"mbs {mbs}")
+    first, last = _stage_split(row, model.num_layers, pp, assumptions)
     vp = _int(row, "vp")
     if vp is None:
-        vp = _smallest_chunking(model.num_layers // pp) if source == "S01" and pp > 1 else 1
+        vp = 1
+        if defaults.get("vp") == "smallest" and pp > 1:
+            vp = _smallest_chunking(stage_layers(model.num_layers, Plan(
+                tp=1, pp=pp, dp=1, first_stage_layers=first, last_stage_layers=last)))
         if vp > 1:
             assumptions.append(f"vp {vp}")
     sp_text = (row.get("sequence_parallel") or "").strip()
-    sp = tp > 1 and (sp_text == "yes" or (source == "S08" and not sp_text))
-    recompute = _recompute(row, source)
-    dist_opt = (row.get("distributed_optimizer") == "yes" or source in ("S08", "S10")
+    sp = tp > 1 and (sp_text == "yes" or (not sp_text and bool(defaults.get("sp_with_tp"))))
+    dist_opt = (row.get("distributed_optimizer") == "yes"
+                or bool(defaults.get("distributed_optimizer"))
                 or "distributed" in (row.get("dp_sharding") or "") or _pytorch_fsdp(row))
-    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=sp, mbs=mbs, recompute=recompute,
-                distributed_optimizer=dist_opt)
+    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=sp, mbs=mbs,
+                recompute=_recompute(row, defaults), distributed_optimizer=dist_opt,
+                first_stage_layers=first, last_stage_layers=last)
 
 
-def memory_stage_model(run: Run) -> ModelSpec:
-    """The run's model with ``L' `` layers such that ``L'/pp`` is what the first
-    and last pipeline stages hold, for the memory model.
+def _stage_split(row: dict, num_layers: int, pp: int, assumptions: list[str]) -> tuple[int, int]:
+    """(first, last) stage layers: the embedding-and-loss split where the row says
+    the pipeline partition counts the embedding as a layer (Megatron-DeepSpeed
+    --pp-partition-method 'type:transformer|embedding'), the closest-to-even split
+    where pp does not divide the layers, else even (0, 0)."""
+    if pp == 1:
+        return 0, 0
+    splits = stage_splits(num_layers, pp)
+    counted = "pp-partition-method" in (row.get("note") or "")
+    edge = [s for s in splits if s != (0, 0)]
+    if (counted or num_layers % pp) and edge:
+        assumptions.append(f"stage layers first {edge[0][0]}, last {edge[0][1]}")
+        return edge[0]
+    return 0, 0
 
-    Megatron-DeepSpeed with --pp-partition-method 'type:transformer|embedding'
-    (``SoftwareFeatures.embedding_as_stage_layer``) counts the embedding as a
-    layer on the first and last stages, which then hold (L + 2)//pp - 1
-    transformer layers; a layer count that pp does not divide is split the same
-    way (the stages with the embedding get the fewer layers).
-    """
-    model, pp = run.model, run.plan.pp
-    if pp > 1 and (run.software.embedding_as_stage_layer or model.num_layers % pp):
-        return dataclasses.replace(model, num_layers=pp * ((model.num_layers + 2) // pp - 1))
-    return model
 
-
-def _smallest_chunking(layers_per_stage: int) -> int:
-    for v in range(2, layers_per_stage + 1):
-        if layers_per_stage % v == 0:
+def _smallest_chunking(split: tuple[int, ...]) -> int:
+    """Smallest v > 1 dividing every stage's layers (1 if none)."""
+    for v in range(2, min(split) + 1):
+        if all(layers % v == 0 for layers in split):
             return v
     return 1
 
 
-def _recompute(row: dict, source: str) -> str:
+def _recompute(row: dict, defaults: dict) -> str:
     text = (row.get("recompute") or "").lower()
-    if source in ("S01", "S04", "S05", "S10") or text.startswith("full ("):
+    if text.startswith("full ("):
         return "full"
     if "selective" in text:
         return "selective"
-    return "none"
+    if text == "none":
+        return "none"
+    return str(defaults.get("recompute", "none"))
 
 
-def _software(row: dict) -> SoftwareFeatures:
-    source = row["source_id"]
-    if source in ("S01", "S04", "S05"):
-        # Scatter/gather of pipeline sends arrived with the April 2021 code (S01 Sec. 5.1).
-        return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=False,
-                                grad_reduce_bytes=2, p2p_scatter_gather=source == "S01")
-    if source == "S10":
-        # The note column records --pp-partition-method 'type:transformer|embedding'
-        # (02-28 on and the production run).
-        balanced = "pp-partition-method" in (row.get("note") or "")
-        # DeepSpeed's PipelineEngine partitions the activations and gradients it
-        # sends over the tensor-parallel group (deepspeed/runtime/pipe/engine.py:
-        # is_pipe_partitioned = is_grad_partitioned = is_model_parallel), as
-        # Megatron's scatter/gather does.
-        return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=False,
-                                p2p_scatter_gather=True, embedding_as_stage_layer=balanced,
-                                framework="megatron-deepspeed",
-                                grad_reduce_bytes=4 if "bf16" == row["precision"][:4] else 2)
-    if source == "S15":
-        return SoftwareFeatures(flash_attention=False, overlap_grad_reduce=True)
-    if source == "S08":
-        return SoftwareFeatures(tp_comm_overlap=True, grad_reduce_bytes=2)
+def _software(row: dict, settings: dict) -> tuple[str, SoftwareFeatures]:
+    """(stack name, features): the source's stack with its stated overrides, then
+    what the row itself states (FSDP sharding strategy, 16-bit gradients)."""
+    stack = load_stack(settings["stack"])
+    features = with_overrides(stack.features, **(settings.get("software") or {}))
     if _pytorch_fsdp(row):
         # FULL_SHARD gathers each unit's params in forward and again in backward;
-        # SHARD_GRAD_OP keeps them from forward to backward (PyTorch ShardingStrategy
-        # docs). Composer's mixed_precision DEFAULT reduces gradients in fp32.
+        # SHARD_GRAD_OP keeps them from forward to backward (PyTorch ShardingStrategy docs).
         gathers = 1 if "SHARD_GRAD_OP" in row["dp_sharding"] else 2
-        return SoftwareFeatures(framework="pytorch-fsdp", param_gathers_per_microbatch=gathers,
-                                overlap_sharded_comm=True, grad_reduce_bytes=4,
-                                attention_kernel="llm-foundry")
-    return SoftwareFeatures()
+        features = dataclasses.replace(features, param_gathers_per_microbatch=gathers)
+    if features.framework == "megatron-deepspeed" and not row["precision"].startswith("bf16"):
+        # fp16 (and unrestated 16-bit) ZeRO-1 runs reduce gradients in 16 bits.
+        features = with_overrides(features, grad_reduce_dtype="fp16")
+    return stack.name, features
 
 
-def _measured(row: dict) -> tuple[str, float | None]:
-    source = row["source_id"]
-    if source in ("S01", "S04"):
-        return "hardware_tflops_per_gpu", _num(row.get("tflops_per_gpu"))
-    if source in ("S08", "S09", "S15"):
-        return "tokens_per_s_per_gpu", _num(row.get("tokens_per_s_per_gpu"))
-    return "step_time_s", _num(row.get("step_time_s"))
+def _measured(row: dict, settings: dict) -> tuple[str, float | None]:
+    measure = settings["measure"]
+    column = {"hardware_tflops_per_gpu": "tflops_per_gpu"}.get(measure, measure)
+    return measure, _num(row.get(column))
+
+
+def estimate_args(run: Run) -> list[str]:
+    """The ``autoconfig estimate`` arguments that describe this run as a user
+    would: inline shape and architecture, cluster, plan, stack and every feature
+    the run sets apart from its stack. ``estimate`` with them computes what
+    ``validate`` scores (tests/test_estimate_parity.py checks every row)."""
+    m, plan, w, c = run.model, run.plan, run.workload, run.cluster
+    catalog_gpu = get_gpu(c.gpu.name)
+    args = ["--layers", m.num_layers, "--hidden", m.hidden_size, "--heads", m.num_heads,
+            "--kv-heads", m.num_kv_heads, "--ffn", m.ffn_hidden_size, "--vocab", m.vocab_size,
+            "--mlp", m.mlp_kind, "--norm", m.norm_kind, "--positions", m.position_embedding,
+            "--tied-embeddings" if m.tied_embeddings else "--untied-embeddings",
+            "--bias" if m.has_bias else "--no-bias", "--dropout", m.hidden_dropout,
+            "--gpu", c.gpu.name, "--gpus", c.num_gpus, "--gpus-per-node", c.gpus_per_node,
+            "--tp", plan.tp, "--pp", plan.pp, "--vp", plan.vp, "--cp", plan.cp,
+            "--mbs", plan.mbs, "--gbs", w.global_batch_size, "--seq-len", w.seq_len,
+            "--recompute", plan.recompute, "--precision", w.precision,
+            "--memory-recipe", run.memory_recipe, "--stack", run.stack,
+            "--sp" if plan.sp else "--no-sp",
+            "--distributed-optimizer" if plan.distributed_optimizer
+            else "--no-distributed-optimizer",
+            "--first-stage-layers", plan.first_stage_layers,
+            "--last-stage-layers", plan.last_stage_layers]
+    if plan.recompute == "full":
+        args += ["--recompute-method", plan.recompute_method,
+                 "--recompute-num-layers", plan.recompute_num_layers]
+    if c.gpu.internode_bandwidth_gb_per_s != catalog_gpu.internode_bandwidth_gb_per_s:
+        args += ["--internode-gb-per-s", c.gpu.internode_bandwidth_gb_per_s]
+    args += _feature_args(load_stack(run.stack).features, run.software)
+    return [str(a) for a in args]
+
+
+def _feature_args(stack: SoftwareFeatures, run: SoftwareFeatures) -> list:
+    """Override flags for the features where the run differs from its stack."""
+    flags = {"tp_comm_overlap": "tp-comm-overlap", "overlap_grad_reduce": "overlap-grad-reduce",
+             "overlap_param_gather": "overlap-param-gather",
+             "flash_attention": "fused-attention", "p2p_scatter_gather": "p2p-scatter-gather"}
+    args: list = []
+    for name, flag in flags.items():
+        if getattr(run, name) != getattr(stack, name):
+            args.append(f"--{flag}" if getattr(run, name) else f"--no-{flag}")
+    if run.grad_reduce_bytes != stack.grad_reduce_bytes:
+        args += ["--grad-reduce-dtype", "fp32" if run.grad_reduce_bytes == 4 else "fp16"]
+    if run.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
+        sharding = {v: k for k, v in FSDP_SHARDING.items()}[run.param_gathers_per_microbatch]
+        args += ["--fsdp-sharding", sharding]
+    return args

@@ -17,7 +17,7 @@ from autoconfig.core.model import hardware_flops_per_token
 from autoconfig.paths import benchmarks_dir
 from autoconfig.training.step_time import PerfConstants, load_constants, step_time
 from autoconfig.core.plan import PlanTable, plan_label
-from autoconfig.validation.runs import Run, load_runs, memory_stage_model
+from autoconfig.validation.runs import Run, load_runs
 
 TARGET_MAPE_PCT = 10.0
 TARGET_MAPE_S01_PCT = 5.0
@@ -191,18 +191,18 @@ def predict_memory_bytes(run: Run, constants=None) -> tuple[float, float]:
     The one mapping from a measured row to the memory model, used by validation
     and by benchmarks/fit_memory.py: the row's precision recipe
     (``Run.memory_recipe``), fused attention or not (``SoftwareFeatures``), the
-    measured stage (``Run.memory_stage``: the last rank, or the larger of first
-    and last) and the stage's layer count (``memory_stage_model``). ZeRO-1 is the
+    measured stage (``Run.memory_stage``: the last rank, or the largest of the
+    first, middle and last), each with its own layer count (the plan's split). ZeRO-1 is the
     distributed optimizer (``Plan.distributed_optimizer``). ``allocated`` is what
     torch's ``max_memory_allocated`` counts; ``device`` adds the calibrated
     allocator and context overhead (what nvidia-smi shows).
     """
 
-    model = memory_stage_model(run)
+    model = run.model
     table = PlanTable.from_plans([run.plan])
     kw = dict(software=run.software, recipe=run.memory_recipe,
               constants=constants)
-    stages = ("last",) if run.memory_stage == "last" else ("first", "last")
+    stages = ("last",) if run.memory_stage == "last" else ("first", "middle", "last")
     best = max((stage_breakdown(model, run.workload, table, st, **kw) for st in stages),
                key=lambda b: float(b.total_bytes[0]))
     return float(allocated_bytes(best)[0]), float(best.total_bytes[0])

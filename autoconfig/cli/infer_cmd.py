@@ -1,0 +1,149 @@
+"""``autoconfig infer`` and ``autoconfig infer-validate``: serving layouts of a model.
+
+Thin: parse the options, one library call (``autoconfig.inference.search.search``,
+then ``autoconfig.inference.profile.run`` with --profile), render and write.
+"""
+
+import json
+from pathlib import Path
+
+import click
+
+from autoconfig.cli.options import model_options
+from autoconfig.core import catalog
+from autoconfig.core.catalog import resolve_model
+from autoconfig.core.hardware import Cluster, cluster_from_gpus
+from autoconfig.core.plan import PRECISIONS
+from autoconfig.errors import InputError
+from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
+from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
+
+DEFAULT_TOP = 10
+
+
+def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
+             gpus_per_node: int | None) -> Cluster:
+    gpu = catalog.get_gpu(gpu_name or DEFAULT_GPU)
+    per_node = gpus_per_node_for(gpu, gpus_per_node)
+    if (gpus is None) == (nodes is None):
+        raise InputError("give the cluster size as either --gpus N or --nodes N")
+    if nodes is not None:
+        if nodes < 1:
+            raise InputError(f"invalid --nodes {nodes}: must be at least 1")
+        return Cluster(gpu=gpu, nodes=nodes, gpus_per_node=per_node)
+    return cluster_from_gpus(gpu, gpus, per_node)
+
+
+@click.command()
+@model_options
+@click.option("--gpu", help=f"GPU type (default {DEFAULT_GPU}).")
+@click.option("--gpus", type=int, help="Number of GPUs (or give --nodes).")
+@click.option("--nodes", type=int, help="Number of nodes (or give --gpus).")
+@click.option("--gpus-per-node", type=int, help="GPUs per node (default: the GPU's usual node).")
+@click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
+@click.option("--max-ttft-ms", type=float, help="Limit on time to first token.")
+@click.option("--max-tpot-ms", type=float, help="Limit on time per output token.")
+@click.option("--max-latency-ms", type=float, help="Limit on request latency.")
+@click.option("--min-throughput", type=float,
+              help="Least output tokens/s of the whole cluster.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+              help="Weights and KV cache in bf16 or fp8.")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput",
+              show_default=True, help="Rank by cluster tokens/s, request latency, or tokens/s "
+              "per GPU (cost).")
+@click.option("--max-batch", type=int, default=DEFAULT_MAX_BATCH, show_default=True,
+              help="Largest request batch tried (powers of two up to it).")
+@click.option("--top", type=int, default=DEFAULT_TOP, show_default=True, help="Layouts to print.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@click.option("--plots/--no-plots", default=True, show_default=True,
+              help="Write the Pareto front PNG (needs matplotlib).")
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+              help="Report folder (default ./autoconfig-out/<model>-<gpu>-infer).")
+@click.option("--profile", is_flag=True,
+              help="Prove it: run megatron-core static inference for the top layouts and rank "
+                   "them by measured latency.")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cpu runs a scaled-down proxy of the model (not GPU figures).")
+@click.option("--executor", type=click.Choice(["local", "slurm"]), default="local",
+              show_default=True)
+@click.option("--top-k", type=int, default=3, show_default=True, help="Layouts to profile.")
+@click.option("--max-minutes", type=int, default=10, show_default=True,
+              help="Time limit of each profiling job.")
+@click.option("--max-parallel", type=int, default=1, show_default=True,
+              help="Profiling jobs running at once.")
+@click.option("--partition", help="SLURM partition.")
+@click.option("--account", help="SLURM account.")
+@click.option("--dry-run", is_flag=True, help="With --profile: print the jobs, run nothing.")
+def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
+          gpus_per_node, input_len, output_len, max_ttft_ms, max_tpot_ms, max_latency_ms,
+          min_throughput, precision, objective, max_batch, top, fmt, plots, output_dir,
+          profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
+          dry_run) -> None:
+    """Rank inference layouts (TP, PP, batch, replicas) by predicted throughput or
+    latency: TTFT, TPOT, request latency, tokens/s and requests/s per GPU, per
+    replica and in total, memory per GPU, and the throughput-latency Pareto front.
+    Writes infer.csv, infer.md, infer.json and infer_pareto.png."""
+    from autoconfig.inference import report
+    from autoconfig.inference.plan import InferenceWorkload
+    from autoconfig.inference.search import Limits, search
+
+    spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
+                         input_len + output_len)
+    if spec is None:
+        raise InputError("no model: give --model (and --size) or an inline shape "
+                         "(--layers --hidden --heads --vocab)")
+    if top < 1:
+        raise InputError(f"invalid --top {top}: must be at least 1")
+    cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
+    workload = InferenceWorkload(input_len, output_len, precision)
+    limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
+    options = None
+    if profile:
+        from autoconfig.inference.profile import InferProfileOptions
+        options = InferProfileOptions(device=device, executor=executor, top_k=top_k,
+                                      max_minutes=max_minutes, max_parallel=max_parallel,
+                                      partition=partition, account=account, dry_run=dry_run)
+    result = search(spec, workload, cluster, objective, limits, max_batch)
+    out = Path(output_dir) if output_dir else (
+        Path("autoconfig-out") / f"{spec.name}-{cluster.gpu.name}-infer")
+    files = report.write_report(result, out, top, plots=plots)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_json(result, top), indent=2))
+    else:
+        click.echo(report.render(result, top))
+        click.echo("\nwrote:\n" + "\n".join(f"  {v}" for k, v in files.items()
+                                           if k != "plot_skipped"))
+    if fmt != "json":
+        _echo_published(result)
+    if "plot_skipped" in files:
+        click.echo(f"note: Pareto plot skipped ({files['plot_skipped']})", err=True)
+    if options is not None:
+        from autoconfig.inference.profile import render as render_profile, run
+
+        table = run(result, options, out, echo=lambda text: click.echo(text, err=True))
+        if table is not None:
+            click.echo("\n" + render_profile(table, device))
+
+
+def _echo_published(result) -> None:
+    """Published measurements of this exact setting, each with its prediction error."""
+    from autoconfig.inference.published import matching_points, point_rows
+
+    points = matching_points(result.model.name, result.cluster.gpu.name, result.workload)
+    if not points.empty:
+        click.echo("\npublished measurements of this setting (each on its own replica; "
+                   "`autoconfig infer-validate` checks the orderings):\n" + point_rows(points))
+
+
+@click.command("infer-validate")
+@click.option("--points", "points_path", type=click.Path(path_type=Path), default=None,
+              help="CSV of published inference points (default: the shipped "
+                   "benchmarks/published_inference.csv).")
+def infer_validate(points_path: Path | None) -> None:
+    """Predict every published inference point and print the error of each and
+    whether the predicted orderings by latency and throughput match."""
+    from autoconfig.inference.published import format_report, validate
+
+    click.echo(format_report(validate(points_path)))

@@ -1,0 +1,105 @@
+"""Memory per GPU of a serving plan: weights, KV cache, activations, runtime.
+
+    memory = weights + kv_cache + activations + context
+
+- weights: the parameters of the last pipeline stage (its ``L/pp`` layers plus
+  the output layer, or the embedding it is tied to) split over ``tp``, at 2
+  bytes (bf16) or 1 (fp8) each. The stage split is the training model's
+  (``autoconfig.training.memory.stage_params``).
+- KV cache (GQA-aware): keys and values of every layer of the stage for every
+  token of every request of the batch, ``2 * (L/pp) * kv_heads/tp * head_dim *
+  bytes * batch * (input + output)``; megatron-core's StaticInferenceContext
+  allocates it for ``max_batch_size x max_sequence_length`` up front
+  (``megatron/core/inference/contexts/static_context.py``). KV heads are split
+  over ``tp`` and replicated when ``tp > kv_heads`` (at least one per GPU).
+- activations: nothing is kept for a backward pass, so only the largest
+  tensors of one layer on the biggest prefill micro-batch are alive at once:
+  the residual stream and the normed input (2h), the QKV output ((h + 2 kv)/t)
+  and the MLP intermediate (u f / t, u = 2 for SwiGLU), in bf16, plus the fp32
+  logits of the last token of each request (4 V / t bytes; megatron-core's
+  static inference materialises only the last token's logits,
+  ``materialize_only_last_token_logits=True``).
+- overhead: allocator fragmentation and the CUDA context, NCCL and framework
+  buffers, ``(factor - 1) * allocated + context`` with megatron-core's
+  ``overhead`` entry of heuristics/memory.yaml (shared with training).
+
+A plan fits when the sum is within the usable HBM of
+``autoconfig.training.memory.usable_bytes``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoconfig.core.hardware import GPU
+from autoconfig.core.model import ModelSpec
+from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
+from autoconfig.training.memory import load_constants, stage_params, usable_bytes
+
+FRAMEWORK = "megatron-core"
+"""Whose allocator/context overhead of heuristics/memory.yaml applies: megatron-core's
+static inference runs in the same PyTorch caching allocator as its training."""
+ACTIVATION_BYTES = 2
+"""bf16 activations (fp8 runs still keep activations in bf16)."""
+LOGITS_BYTES = 4
+"""Logits are cast to fp32 for sampling."""
+
+
+@dataclass(frozen=True)
+class InferenceMemory:
+    """Bytes per GPU of each plan (numpy arrays, one entry per plan)."""
+
+    weights_bytes: np.ndarray
+    kv_cache_bytes: np.ndarray
+    activation_bytes: np.ndarray
+    overhead_bytes: np.ndarray
+    """Allocator fragmentation and CUDA context/NCCL/framework buffers."""
+    total_bytes: np.ndarray
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp):
+    """KV heads one GPU holds: kv_heads/tp, at least 1 (replicated beyond)."""
+    return np.maximum(1.0, model.num_kv_heads / np.asarray(tp, dtype=float))
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int):
+    """2 (K and V) * layers of the stage * kv heads per GPU * head dim * bytes."""
+    layers = model.num_layers / np.asarray(pp, dtype=float)
+    return 2.0 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * bytes_per_value
+
+
+def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int):
+    """Parameters of the heavier of the first and last stage, over tp, times bytes."""
+    tp = np.asarray(tp, dtype=np.int64)
+    pp = np.asarray(pp, dtype=np.int64)
+    layers, single = model.num_layers / pp, pp == 1
+    params = np.maximum(stage_params(model, tp, layers, "first", single),
+                        stage_params(model, tp, layers, "last", single))
+    return np.asarray(params, dtype=float) * bytes_per_value
+
+
+def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
+                   prefill_microbatch) -> InferenceMemory:
+    """Memory per GPU of every plan; ``prefill_microbatch`` is the requests per
+    prefill micro-batch the latency model chose (array, one per plan)."""
+    fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
+    tp = plans.tp.astype(float)
+    nbytes = workload.bytes_per_value
+    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes)
+    kv = (kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)
+          * plans.batch * workload.total_len_tokens)
+    h, kvh, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    up = 2 if model.mlp_kind == "swiglu" else 1
+    tokens = np.asarray(prefill_microbatch, dtype=float) * workload.input_len_tokens
+    per_token = 2.0 * h + (h + 2.0 * kvh) / tp + up * f / tp
+    activations = (tokens * per_token * ACTIVATION_BYTES
+                   + plans.batch * model.vocab_size / tp * LOGITS_BYTES)
+    allocated = weights + kv + activations
+    overhead = allocated * (fragmentation - 1.0) + context_bytes
+    return InferenceMemory(weights_bytes=weights, kv_cache_bytes=kv,
+                           activation_bytes=activations, overhead_bytes=overhead,
+                           total_bytes=allocated + overhead)
+
+
+def fits(memory: InferenceMemory, gpu: GPU) -> np.ndarray:
+    return memory.total_bytes <= usable_bytes(gpu)

@@ -1,0 +1,103 @@
+"""Serving plans: one frozen, hashable ``InferencePlan`` and a columnar table of them.
+
+An inference plan is its own type, not flags on the training ``Plan``: a model
+replica spans ``tp * pp`` GPUs and serves static batches of ``batch``
+requests; ``replicas`` copies of it share the cluster (data parallel serving).
+"""
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autoconfig.core.plan import PRECISIONS
+from autoconfig.errors import InputError
+
+PLAN_FIELDS = ("tp", "pp", "batch", "replicas")
+
+
+@dataclass(frozen=True, order=True)
+class InferencePlan:
+    """One serving layout (Megatron terms)."""
+
+    tp: int
+    """Tensor-parallel size of a replica."""
+    pp: int
+    """Pipeline-parallel size of a replica."""
+    batch: int
+    """Requests per static batch of one replica."""
+    replicas: int = 1
+    """Model copies on the cluster (GPUs // (tp * pp))."""
+
+    def __post_init__(self) -> None:
+        for name in PLAN_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise InputError(f"invalid {name} {value!r}: must be a positive integer")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.replicas
+
+    def to_dict(self) -> dict:
+        return {k: int(v) for k, v in asdict(self).items()}
+
+    def label(self) -> str:
+        """Compact display form (``tp8 pp4 b64 x1``); everything is keyed on the plan."""
+        return f"tp{self.tp} pp{self.pp} b{self.batch} x{self.replicas}"
+
+
+@dataclass(frozen=True)
+class InferenceWorkload:
+    """What each request is: prompt and generated lengths, and the number format."""
+
+    input_len_tokens: int
+    output_len_tokens: int
+    precision: str = "bf16"
+    """Weights and KV cache in bf16 (2 bytes) or fp8 (1 byte)."""
+
+    def __post_init__(self) -> None:
+        for name in ("input_len_tokens", "output_len_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                flag = "--" + name.replace("_len_tokens", "-len")
+                raise InputError(f"invalid {flag} {value!r}: must be a positive integer")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"invalid precision {self.precision!r}: allowed are "
+                             f"{', '.join(PRECISIONS)}")
+
+    @property
+    def total_len_tokens(self) -> int:
+        return self.input_len_tokens + self.output_len_tokens
+
+    @property
+    def bytes_per_value(self) -> int:
+        """Bytes of one weight or KV-cache element."""
+        return 1 if self.precision == "fp8" else 2
+
+
+@dataclass(frozen=True)
+class InferencePlanTable:
+    """Many plans as numpy int64 columns, for vectorised evaluation."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    batch: np.ndarray
+    replicas: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    @classmethod
+    def from_plans(cls, plans) -> "InferencePlanTable":
+        return cls(**{name: np.array([getattr(p, name) for p in plans], dtype=np.int64)
+                      for name in PLAN_FIELDS})
+
+    def plan(self, i: int) -> InferencePlan:
+        return InferencePlan(**{name: int(getattr(self, name)[i]) for name in PLAN_FIELDS})
+
+    def take(self, index) -> "InferencePlanTable":
+        return InferencePlanTable(**{name: getattr(self, name)[index] for name in PLAN_FIELDS})

@@ -1,0 +1,127 @@
+"""Writers for an inference search: ``infer.csv``, ``infer.md``, ``infer.json`` and
+a PNG of the throughput-latency Pareto front.
+
+Text files are written atomically (``autoconfig.atomic.write_atomic``) and carry
+no timestamp. matplotlib is imported only when plotting, and a plot that
+fails never blocks the text files: it is reported as skipped.
+"""
+
+import json
+from pathlib import Path
+
+from tabulate import tabulate
+
+from autoconfig.atomic import write_atomic
+from autoconfig.core.model import total_params
+from autoconfig.inference.search import InferenceSearchResult
+from autoconfig.units import format_count
+
+CSV_NAME = "infer.csv"
+MARKDOWN_NAME = "infer.md"
+JSON_NAME = "infer.json"
+PLOT_NAME = "infer_pareto.png"
+
+TOP_HEADERS = ("#", "TP", "PP", "batch", "replicas", "TTFT ms", "TPOT ms", "latency ms",
+               "tok/s/replica", "tok/s/GPU", "tok/s total", "req/s total", "mem GiB/GPU",
+               "Pareto")
+
+
+def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
+    return [(i + 1, r.tp, r.pp, r.batch, r.replicas, f"{r.ttft_ms:.4g}", f"{r.tpot_ms:.4g}",
+             f"{r.latency_ms:.5g}", f"{r.tokens_per_s_per_replica:.5g}",
+             f"{r.tokens_per_s_per_gpu:.4g}", f"{r.tokens_per_s_total:.5g}",
+             f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "")
+            for i, r in enumerate(result.table.head(n).itertuples(index=False))]
+
+
+def headline(result: InferenceSearchResult) -> str:
+    m, c, w = result.model, result.cluster, result.workload
+    return (f"{m.name} ({format_count(total_params(m))} params) inference on {c.nodes} x "
+            f"{c.gpus_per_node} {c.gpu.name}, input {w.input_len_tokens}, output "
+            f"{w.output_len_tokens} tokens, {w.precision}, objective {result.objective}")
+
+
+def rejection_lines(result: InferenceSearchResult) -> list[str]:
+    kept = len(result.table)
+    lines = [f"considered {result.candidates} layouts: {kept} kept, "
+             f"{result.candidates - kept} pruned"]
+    return lines + [f"  {reason}: {count}" for reason, count in result.rejected.items()]
+
+
+def render(result: InferenceSearchResult, top: int) -> str:
+    return "\n".join([headline(result), "",
+                      tabulate(top_rows(result, top), headers=TOP_HEADERS), ""]
+                     + rejection_lines(result))
+
+
+def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
+    table = result.table if top is None else result.table.head(top)
+    return {"model": result.model.name, "gpu": result.cluster.gpu.name,
+            "nodes": result.cluster.nodes, "gpus_per_node": result.cluster.gpus_per_node,
+            "input_len_tokens": result.workload.input_len_tokens,
+            "output_len_tokens": result.workload.output_len_tokens,
+            "precision": result.workload.precision, "objective": result.objective,
+            "candidates": result.candidates, "rejected": result.rejected,
+            "plans": json.loads(table.to_json(orient="records"))}
+
+
+def markdown(result: InferenceSearchResult, top: int) -> str:
+    front = result.table[result.table["pareto"]].sort_values("latency_ms")
+    front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.5g}",
+                   f"{r.tokens_per_s_per_gpu:.4g}") for r in front.itertuples(index=False)]
+    return "\n".join([
+        f"# Inference search: {result.model.name}", "", headline(result), "",
+        "## Top layouts", "",
+        tabulate(top_rows(result, top), headers=TOP_HEADERS, tablefmt="github"), "",
+        "## Pareto front (latency vs output tokens/s per GPU)", "",
+        tabulate(front_rows, headers=("TP", "PP", "batch", "replicas", "latency ms",
+                                      "tok/s/GPU"), tablefmt="github"), "",
+        "## Pruned", "", *[f"- {line.strip()}" for line in rejection_lines(result)], "",
+        "Predicted by autoconfig/inference (static batching: TTFT = prefill, latency = "
+        "TTFT + (output - 1) x TPOT).", ""])
+
+
+def write_report(result: InferenceSearchResult, out_dir: Path, top: int,
+                 plots: bool = True) -> dict:
+    """Write the files; returns {kind: path}, plus 'plot_skipped' with the reason."""
+    out_dir = Path(out_dir)
+    files = {"csv": write_atomic(out_dir / CSV_NAME, result.table.to_csv(
+                 index=False, float_format="%.6g", lineterminator="\n")),
+             "markdown": write_atomic(out_dir / MARKDOWN_NAME, markdown(result, top)),
+             "json": write_atomic(out_dir / JSON_NAME,
+                                  json.dumps(to_json(result), indent=2) + "\n")}
+    if plots:
+        try:
+            files["plot"] = plot_front(result, out_dir / PLOT_NAME)
+        except Exception as exc:  # noqa: BLE001 - a plot never blocks the reports
+            files["plot_skipped"] = f"{type(exc).__name__}: {exc}"
+    return files
+
+
+def plot_front(result: InferenceSearchResult, path: Path) -> Path:
+    """Scatter of every kept layout and the Pareto front (matplotlib, Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = result.table
+    front = table[table["pareto"]].sort_values("latency_ms")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter(table["latency_ms"], table["tokens_per_s_per_gpu"], s=10, alpha=0.4,
+               label="layouts")
+    ax.plot(front["latency_ms"], front["tokens_per_s_per_gpu"], "o-", color="C3",
+            label="Pareto front")
+    for r in front.itertuples(index=False):
+        ax.annotate(f"tp{r.tp} pp{r.pp} b{r.batch}", (r.latency_ms, r.tokens_per_s_per_gpu),
+                    fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("request latency (ms)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title(headline(result), fontsize=8)
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,48 @@
+"""Time ``autoconfig infer``'s search: Llama 3 70B on 8 H100 with a TPOT limit.
+
+Target (inference issue): under 1 s on a 2-core machine, through the real CLI
+(process start, imports, search, report files) and the library call alone.
+Prints the figures; nothing is asserted.
+
+    python benchmarks/infer_speed.py [--repeat N]
+"""
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.inference.plan import InferenceWorkload
+from autoconfig.inference.search import Limits, search
+
+ARGS = ["--model", "llama3-70b", "--gpu", "h100-80gb", "--gpus", "8", "--input-len", "2048",
+        "--output-len", "256", "--max-tpot-ms", "50", "--no-plots"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    repeat = parser.parse_args().repeat
+    model, gpu = get_model("llama3-70b"), get_gpu("h100-80gb")
+    cluster = Cluster(gpu=gpu, nodes=1, gpus_per_node=8)
+    workload = InferenceWorkload(2048, 256)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = search(model, workload, cluster, "throughput", Limits(max_tpot_ms=50))
+        best = min(best, time.perf_counter() - start)
+    print(f"library search: {best:.3f} s (best of {repeat}), {result.candidates} layouts, "
+          f"{len(result.table)} kept, rejected {result.rejected}")
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "autoconfig", "infer", *ARGS, "-o", out],
+                       check=True, capture_output=True)
+        print(f"CLI end to end: {time.perf_counter() - start:.3f} s "
+              f"(autoconfig infer {' '.join(ARGS)})")
+
+
+if __name__ == "__main__":
+    main()

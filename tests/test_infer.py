@@ -1,0 +1,266 @@
+"""Inference model, search and `autoconfig infer` / `infer-validate` through the real CLI."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoconfig.cli import main
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.errors import InfeasibleError, InputError
+from autoconfig.inference import report
+from autoconfig.inference.latency import latency
+from autoconfig.inference.memory import kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
+from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
+from autoconfig.inference.published import validate
+from autoconfig.inference.search import Limits, pareto_mask, predict, search
+from autoconfig.training.step_time import load_constants
+
+GPT3_ARGS = ["infer", "--model", "gpt3", "--size", "175b", "--gpu", "a100-80gb", "--nodes", "4",
+             "--input-len", "60", "--output-len", "20"]
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    out = capsys.readouterr()
+    return info.value.code, out.out, out.err
+
+
+def one(model, workload, plan, cluster):
+    return predict(model, workload, InferencePlanTable.from_plans([plan]), cluster).iloc[0]
+
+
+# ---------------------------------------------------------------- the model
+
+
+def test_kv_cache_is_gqa_aware() -> None:
+    """2 * layers * kv_heads * head_dim * bytes per token: Llama 3 70B (8 KV heads) 320 KiB."""
+    llama = get_model("llama3-70b")
+    assert kv_bytes_per_token_per_gpu(llama, 1, 1, 2) == 2 * 80 * 8 * 128 * 2
+    assert kv_bytes_per_token_per_gpu(llama, 8, 2, 2) == 2 * 40 * 1 * 128 * 2
+    assert kv_bytes_per_token_per_gpu(llama, 1, 1, 1) == 2 * 80 * 8 * 128    # fp8 KV
+    gpt3 = get_model("gpt3", "175b")
+    assert kv_bytes_per_token_per_gpu(gpt3, 1, 1, 2) == 2 * 96 * 96 * 128 * 2
+
+
+def test_fp8_halves_weights_and_kv() -> None:
+    model = get_model("llama3-70b")
+    assert weights_bytes_per_gpu(model, 8, 1, 1) * 2 == pytest.approx(
+        weights_bytes_per_gpu(model, 8, 1, 2))
+    cluster = Cluster(get_gpu("h100-80gb"), 1, 8)
+    plan = InferencePlan(8, 1, 8)
+    bf16 = one(model, InferenceWorkload(512, 64, "bf16"), plan, cluster)
+    fp8 = one(model, InferenceWorkload(512, 64, "fp8"), plan, cluster)
+    assert fp8.weights_gib == pytest.approx(bf16.weights_gib / 2)
+    assert fp8.kv_cache_gib == pytest.approx(bf16.kv_cache_gib / 2)
+    assert fp8.tpot_ms < bf16.tpot_ms
+
+
+def test_small_batch_decode_is_memory_bound() -> None:
+    """Batch 1 on one GPU: one decode step reads every weight once at HBM speed."""
+    model = get_model("llama3-8b")
+    gpu = get_gpu("h100-80gb")
+    c = load_constants()
+    row = one(model, InferenceWorkload(128, 16), InferencePlan(1, 1, 1), Cluster(gpu, 1, 1))
+    weights_s = weights_bytes_per_gpu(model, 1, 1, 2) / (gpu.hbm_bandwidth_gb_per_s * 1e9
+                                                         * c.hbm_efficiency)
+    assert row.tpot_ms / 1e3 == pytest.approx(weights_s, rel=0.05)
+
+
+def test_tpot_and_ttft_never_fall_as_batch_grows() -> None:
+    model = get_model("gpt3", "175b")
+    cluster = Cluster(get_gpu("a100-80gb"), 4, 8)
+    for tp, pp in ((8, 1), (8, 4), (4, 2)):
+        plans = InferencePlanTable.from_plans([InferencePlan(tp, pp, 2 ** i) for i in range(9)])
+        lat = latency(model, InferenceWorkload(60, 20), plans, cluster)
+        assert np.all(np.diff(lat.tpot_s) >= -1e-12)
+        assert np.all(np.diff(lat.ttft_s) >= -1e-12)
+        assert np.all(lat.latency_s == pytest.approx(lat.ttft_s + 19 * lat.tpot_s))
+
+
+def test_tp_allreduce_latency_dominates_small_decode() -> None:
+    """At batch 1 the 2 all-reduces per layer are latency-bound: TP8 pays 2 (t-1) hops each."""
+    model = get_model("gpt3", "175b")
+    cluster = Cluster(get_gpu("a100-80gb"), 1, 8)
+    lat = latency(model, InferenceWorkload(60, 20),
+                  InferencePlanTable.from_plans([InferencePlan(8, 1, 1)]), cluster)
+    hops = 96 * 2 * 2 * 7 * load_constants().comm_latency_s
+    assert lat.decode_tp_comm_s[0] == pytest.approx(hops, rel=0.05)
+
+
+def test_pipeline_splits_a_compute_bound_prefill() -> None:
+    """GPipe: (m + p - 1) t(b/m) beats p t(b) once prefill is compute-bound."""
+    model = get_model("gpt3", "175b")
+    cluster = Cluster(get_gpu("a100-80gb"), 8, 8)
+    lat = latency(model, InferenceWorkload(60, 20),
+                  InferencePlanTable.from_plans([InferencePlan(8, 8, 64)]), cluster)
+    assert lat.prefill_microbatches[0] > 1
+
+
+def test_plan_and_workload_validation() -> None:
+    with pytest.raises(InputError, match="invalid tp 0"):
+        InferencePlan(0, 1, 1)
+    with pytest.raises(InputError, match="--input-len"):
+        InferenceWorkload(0, 10)
+    with pytest.raises(InputError, match="precision"):
+        InferenceWorkload(10, 10, "fp4")
+    with pytest.raises(InputError, match="--max-ttft-ms"):
+        Limits(max_ttft_ms=-1)
+
+
+def test_pareto_mask() -> None:
+    latency_ms = np.array([1.0, 2.0, 3.0, 2.5])
+    throughput = np.array([1.0, 5.0, 4.0, 6.0])
+    assert list(pareto_mask(latency_ms, throughput)) == [True, True, False, True]
+
+
+def test_search_prunes_what_does_not_fit_and_counts_it() -> None:
+    model = get_model("gpt3", "175b")
+    result = search(model, InferenceWorkload(60, 20), Cluster(get_gpu("a100-80gb"), 4, 8))
+    assert result.rejected["does not fit in memory"] > 0
+    assert (result.table["memory_gib"] * 2**30 <= 80 * 2**30).all()
+    assert not ((result.table.tp == 1) & (result.table.pp == 1)).any()   # 350 GB on one GPU
+    assert (result.table.replicas * result.table.gpus_per_replica <= 32).all()
+    assert not result.table.duplicated(["tp", "pp", "batch"]).any()
+    totals = result.table["tokens_per_s_total"].to_numpy()
+    assert np.all(np.diff(totals) <= 1e-9)     # objective throughput: best first
+    with pytest.raises(InfeasibleError, match="fits"):
+        search(model, InferenceWorkload(60, 20), Cluster(get_gpu("a100-80gb"), 1, 2))
+
+
+# ---------------------------------------------------------------- published points
+
+
+def test_published_points_orderings_match() -> None:
+    """The three GPT-3 175B DGX A100 points of NeMo's HP tool (benchmarks/published_inference.csv)."""
+    result = validate()
+    assert len(result.table) == 3
+    assert result.latency_order_matches and result.throughput_order_matches
+    assert result.table["latency_error_pct"].abs().max() < 50
+
+
+def test_infer_validate_cli_prints_errors_and_orderings(capsys) -> None:
+    code, out, _ = run_cli(["infer-validate"], capsys)
+    assert code == 0
+    for point in ("I001", "I002", "I003"):
+        assert point in out
+    assert "ordering by latency: matches" in out
+    assert "ordering by throughput per GPU: matches" in out
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_infer_cli_ranks_and_writes_every_file(tmp_path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "autoconfig", *GPT3_ARGS, "--top", "5",
+                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for header in ("TTFT ms", "TPOT ms", "latency ms", "tok/s/replica", "tok/s/GPU",
+                   "tok/s total", "req/s total", "mem GiB/GPU", "Pareto"):
+        assert header in proc.stdout
+    assert "does not fit in memory" in proc.stdout
+    for point in ("I001", "I002", "I003"):          # published points with their errors
+        assert point in proc.stdout
+    names = {p.name for p in out.iterdir()}
+    assert {"infer.csv", "infer.md", "infer.json"} <= names
+    table = pd.read_csv(out / "infer.csv")
+    assert {"ttft_ms", "tpot_ms", "latency_ms", "tokens_per_s_per_gpu",
+            "requests_per_s_per_replica", "tokens_per_s_total", "memory_gib",
+            "pareto"} <= set(table.columns)
+    assert table["pareto"].any()
+    data = json.loads((out / "infer.json").read_text())
+    assert data["model"] == "gpt3-175b" and len(data["plans"]) == len(table)
+    assert "Pareto front" in (out / "infer.md").read_text()
+
+
+def test_infer_json_format(tmp_path, capsys) -> None:
+    code, out, _ = run_cli(GPT3_ARGS + ["--format", "json", "--top", "3", "--no-plots",
+                                        "-o", str(tmp_path)], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert len(data["plans"]) == 3 and data["objective"] == "throughput"
+    assert not (tmp_path / report.PLOT_NAME).exists()
+
+
+def test_objective_latency_puts_the_fastest_first(tmp_path, capsys) -> None:
+    code, out, _ = run_cli(GPT3_ARGS + ["--objective", "latency", "--format", "json",
+                                        "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0
+    latencies = [p["latency_ms"] for p in json.loads(out)["plans"]]
+    assert latencies == sorted(latencies)
+
+
+@pytest.mark.parametrize("flag,column", [("--max-ttft-ms", "ttft_ms"),
+                                         ("--max-tpot-ms", "tpot_ms"),
+                                         ("--max-latency-ms", "latency_ms")])
+def test_limit_between_two_layouts_prunes_the_slower(tmp_path, capsys, flag, column) -> None:
+    code, out, _ = run_cli(GPT3_ARGS + ["--format", "json", "--no-plots", "--top", "1000",
+                                        "-o", str(tmp_path / "all")], capsys)
+    plans = pd.DataFrame(json.loads(out)["plans"])
+    values = np.sort(plans[column].unique())
+    bound = float((values[len(values) // 2] + values[len(values) // 2 + 1]) / 2)
+    code, out, _ = run_cli(GPT3_ARGS + [flag, f"{bound}", "--format", "json", "--no-plots",
+                                        "--top", "1000", "-o", str(tmp_path / "limited")],
+                           capsys)
+    assert code == 0
+    data = json.loads(out)
+    kept = pd.DataFrame(data["plans"])
+    assert (kept[column] <= bound).all()
+    assert len(kept) == int((plans[column] <= bound).sum())
+    assert sum(v for k, v in data["rejected"].items() if flag in k) == \
+        int((plans[column] > bound).sum())
+
+
+def test_impossible_limit_is_one_line_naming_the_best(tmp_path, capsys) -> None:
+    code, out, err = run_cli(GPT3_ARGS + ["--max-ttft-ms", "1", "-o", str(tmp_path)], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "--max-ttft-ms 1" in err and "best TTFT achievable is" in err
+    code, _, err = run_cli(GPT3_ARGS + ["--max-tpot-ms", "0.5", "-o", str(tmp_path)], capsys)
+    assert code == 2 and "best TPOT achievable is" in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpus", "8", "--nodes", "1"], "either --gpus"),
+    (["--nodes", "1", "--precision", "fp8"], "fp8"),
+    (["--nodes", "1", "--top", "0"], "--top"),
+])
+def test_bad_input_is_one_line(capsys, args, message) -> None:
+    code, _, err = run_cli(["infer", "--model", "llama3-8b", "--gpu", "a100-80gb",
+                            "--input-len", "10", "--output-len", "5", *args], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_inline_shape_and_gpus(tmp_path, capsys) -> None:
+    code, out, _ = run_cli(["infer", "--layers", "8", "--hidden", "1024", "--heads", "16",
+                            "--vocab", "32000", "--swiglu", "--gpu", "h100", "--gpus", "4",
+                            "--input-len", "128", "--output-len", "32", "--format", "json",
+                            "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0
+    assert all(p["replicas"] * p["gpus_per_replica"] <= 4 for p in json.loads(out)["plans"])
+
+
+def test_plot_failure_never_blocks_the_reports(tmp_path, monkeypatch) -> None:
+    def broken(result, path):
+        raise RuntimeError("no display")
+
+    monkeypatch.setattr(report, "plot_front", broken)
+    result = search(get_model("llama3-8b"), InferenceWorkload(128, 32),
+                    Cluster(get_gpu("h100-80gb"), 1, 8))
+    files = report.write_report(result, tmp_path, top=5)
+    assert "no display" in files["plot_skipped"]
+    assert (tmp_path / "infer.csv").exists() and (tmp_path / "infer.md").exists()
+
+
+def test_plot_is_written_when_matplotlib_is_there(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    result = search(get_model("llama3-8b"), InferenceWorkload(128, 32),
+                    Cluster(get_gpu("h100-80gb"), 1, 8))
+    files = report.write_report(result, tmp_path, top=5)
+    assert files["plot"].stat().st_size > 1000
