@@ -74,10 +74,10 @@ def fake_profile_job(spec_json: str):
     if spec.plan.tp == 4:
         raise RuntimeError("tp=4 is broken here")
     step = 0.1 * spec.plan.tp
-    return ProfileResult(plan=spec.plan, status="ok", device=spec.device,
+    return store.result_record(ProfileResult(plan=spec.plan, status="ok", device=spec.device,
                          world_size=spec.world_size, step_time_s=step, iteration_times_s=(step,),
                          tokens_per_s_per_gpu=1000 / step, model_tflops_per_gpu=1.0,
-                         peak_memory_bytes=1 << 20, losses=(5.0,), model_name=spec.model.name)
+                         peak_memory_bytes=1 << 20, losses=(5.0,), model_name=spec.model.name))
 
 
 @pytest.fixture

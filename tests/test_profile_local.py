@@ -12,7 +12,7 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
-from probe_jobs import probe_job, visible_gpus
+from probe_jobs import probe_job
 from profile_probe import probe_command
 from autoconfig.profiling.launch import LaunchOptions
 
@@ -110,11 +110,11 @@ def test_plan_needing_more_ranks_than_local_is_exit_2_and_store_untouched(tmp_pa
 def test_local_cuda_jobs_get_disjoint_gpus(tmp_path):
     """Side-by-side local jobs must not share GPUs (CUDA_VISIBLE_DEVICES via submitit)."""
     plans = [Plan(tp=2, pp=1, dp=1), Plan(tp=1, pp=2, dp=1), Plan(tp=1, pp=1, dp=2)]
-    items = [launch.JobItem(p, 2, probe_job, ("sleep", 2.0, 1.0, p)) for p in plans]
+    items = [launch.JobItem(p, 2, probe_job, ("sleep", 2.0)) for p in plans]
     opts = launch.LaunchOptions(executor="local", device="cuda", gpus_per_node=4,
                                 max_parallel=3, time_limit_min=2, poll_s=0.2)
     records = launch.launch(items, opts, tmp_path, progress=False)
     assert [r["status"] for r in records] == ["ok"] * 3
-    seen = [visible_gpus(r) for r in records]
+    seen = [r["visible_gpus"] for r in records]
     assert sorted(seen[:2]) == ["0,1", "2,3"]     # the first two ran side by side
     assert seen[2] in ("0,1", "2,3")              # the third waited for a free pair

@@ -5,8 +5,10 @@ as soon as it is known, so an interrupted sweep loses nothing that finished.
 This module never asks which executor it has: capacity, preflight,
 submission, state, cancel and the state -> status mapping are the executor's.
 
-A job function returns a ``ProfileResult`` (or None on ranks other than 0);
-the first rank that reports decides the record. SLURM sends USR2
+A job function returns its record: a dict of outcome fields (``status`` first
+of all; ``store.result_record`` of a ProfileResult for the training worker,
+the inference worker's own fields for inference), or None on ranks other than
+0; the first rank that reports decides the record, keyed by the job's plan. SLURM sends USR2
 ``signal_delay_s`` before the time limit; submitit's handler then raises
 "timed-out and not checkpointable" in task 0 (for limits under ~50 min any
 USR2 counts as a time-out: SignalHandler.has_timed_out), which we record as
@@ -135,8 +137,12 @@ def _outcome_record(executor: Executor, run: Run) -> dict:
         return _failure_record(executor, run, status, text)
     if value is None:
         return _failure_record(executor, run, "error", "no rank returned a result")
-    record = store.result_record(value)
-    record.update({name: getattr(run.item.plan, name) for name in PLAN_FIELDS})
+    if not isinstance(value, dict):
+        return _failure_record(executor, run, "error", f"the job returned a "
+                               f"{type(value).__name__}, not a record (a dict of outcome fields)")
+    record = {name: getattr(run.item.plan, name) for name in PLAN_FIELDS}
+    record.update({k: v for k, v in value.items() if k not in PLAN_FIELDS})
+    record.setdefault("status", "ok")
     record.update(_job_fields(executor, run))
     return record
 
@@ -175,7 +181,7 @@ def _job_done(executor: Executor, run: Run) -> bool:
     if executor.finished(job):
         return True
     kind, value = reported
-    ok = kind == "success" and value is not None and getattr(value, "status", "ok") == "ok"
+    ok = kind == "success" and isinstance(value, dict) and value.get("status", "ok") == "ok"
     if time.monotonic() - run.reported_at < (RANKS_GRACE_OK_S if ok else RANKS_GRACE_FAILED_S):
         return False
     executor.cancel(job)
@@ -203,9 +209,11 @@ def profile_job(spec_json: str):
     spec = dataclasses.replace(spec, **_rendezvous(spec))
     warned = _watch_time_limit()
     result = run_task(spec)
-    if result is not None and warned["hit"] and getattr(result, "status", "ok") != "ok":
+    if result is None:
+        return None
+    if warned["hit"] and result.status != "ok":
         result = dataclasses.replace(result, status="timeout")
-    return result
+    return store.result_record(result)
 
 
 def _rendezvous(spec) -> dict:

@@ -24,7 +24,8 @@ class SubmititExecutor(Executor):
             if outcome is None:
                 continue
             kind, value = outcome
-            if kind != "success" or (value is not None and getattr(value, "status", "ok") != "ok"):
+            if kind != "success" or (value is not None and (not isinstance(value, dict)
+                                                           or value.get("status", "ok") != "ok")):
                 return outcome
         return None
 

@@ -190,6 +190,11 @@ class Executor(ABC):
 
     # ---------------------------------------------------------- dry run
 
+    def scripts(self, items: Sequence[JobItem], folder: Path) -> list[str]:
+        """The scripts a submission would hand to the scheduler (e.g. sbatch
+        files), as text; empty for an executor that writes none."""
+        return []
+
     @abstractmethod
     def dry_run(self, items: Sequence[JobItem], folder: Path, echo, label) -> None:
         """Print what would be submitted; submit nothing, write nothing.

@@ -161,7 +161,7 @@ class SlurmExecutor(SubmititExecutor):
             # one sacct call refreshes the shared watcher for every job
             started[0].job.done(force_check=True)
 
-    def render(self, items: Sequence[JobItem], folder: Path) -> list[str]:
+    def scripts(self, items: Sequence[JobItem], folder: Path) -> list[str]:
         """The sbatch scripts a launch would submit (one per resource group)."""
         from submitit.slurm.slurm import _make_sbatch_string
 
@@ -176,7 +176,7 @@ class SlurmExecutor(SubmititExecutor):
         return scripts
 
     def dry_run(self, items, folder: Path, echo, label) -> None:
-        for script, group in zip(self.render(items, folder), group_by_shape(items).values()):
+        for script, group in zip(self.scripts(items, folder), group_by_shape(items).values()):
             echo(script)
             for index, item in enumerate(group):
                 echo(f"# {'array task ' + str(index) if len(group) > 1 else 'job'}: "
