@@ -30,7 +30,8 @@ def test_search_end_to_end_writes_every_file(tmp_path) -> None:
     assert "considered" in proc.stdout and "exceeds memory" in proc.stdout
     names = {p.name for p in out.iterdir()}
     assert names == {"plans.csv", "report.md", "best.yaml", "megatron_args.sh",
-                     "nemo_overrides.txt"}
+                     "nemo_overrides.txt", "plans_throughput_vs_memory.png",
+                     "best_breakdown.png"}
     best = yaml.safe_load((out / "best.yaml").read_text())
     command = (out / "megatron_args.sh").read_text()
     assert f"--tensor-model-parallel-size {best['plan']['tp']}" in command

@@ -13,7 +13,7 @@ from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
 from autoconfig.core.plan import PRECISIONS, Workload
 from autoconfig.errors import InputError
-from autoconfig.reports.capacity_report import capacity_table, markdown
+from autoconfig.reports.capacity_report import CSV_NAME, MARKDOWN_NAME, capacity_table, markdown
 from autoconfig.units import format_count
 
 DEFAULT_GPUS = "a100-80gb,h100-80gb,h200,b200"
@@ -33,18 +33,34 @@ _NodeList = ListOrAuto("N[,N...]", positive_int, "positive node counts", allow_a
 @click.option("--seq-len", type=int, help="Sequence length (default: the model's).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
 @stack_options
+@click.option("--price", help="USD per GPU-hour by GPU type, e.g. h100=2.5,a100=1.5 (no "
+              "built-in prices; cells without one get no cost).")
+@click.option("--gpu-power-fraction", type=float,
+              help="Average GPU board power as a fraction of TDP (default 1.0: TDP, as Meta's "
+                   "model cards count; heuristics/energy.yaml).")
+@click.option("--node-overhead-w", type=float,
+              help="Non-GPU watts per node (default: system datasheet max power - GPUs x TDP).")
+@click.option("--pue", type=float, help="Facility power usage effectiveness (default 1.58, "
+              "Uptime Institute 2023 average).")
+@click.option("--grid-kg-per-kwh", type=float,
+              help="Grid carbon intensity in kg CO2 per kWh (no default: no CO2 without it).")
+@click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Report folder (default ./autoconfig-out/capacity-<model>).")
 def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpus,
              node_counts, gpus_per_node, tokens, gbs, seq_len, precision, output_dir,
+             price, gpu_power_fraction, node_overhead_w, pue, grid_kg_per_kwh, no_plots,
              **stack_opts) -> None:
-    """Capacity planning: the best predicted plan, tokens/s, days and GPU-hours to
-    train the token budget, for every GPU type and cluster size given. Writes
-    capacity.csv and capacity.md."""
+    """Capacity planning: the best predicted plan, tokens/s, days, GPU-hours, cost,
+    energy and CO2 to train the token budget, for every GPU type and cluster size
+    given; marks the fastest and the cheapest cell. Writes capacity.csv,
+    capacity.md and PNG plots."""
+    from autoconfig.training.cost import default_assumptions, parse_prices, price_cells
     from autoconfig.base.config import CHINCHILLA, parse_tokens
     from autoconfig.training.capacity import capacity_grid
     from autoconfig.heuristics import heuristic
     from autoconfig.core.model import total_params
+    from autoconfig.reports.plots import capacity_plots, safe_plots
 
     stack, software = pop_software(stack_opts)
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
@@ -53,6 +69,10 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
     gpu_specs = [catalog.get_gpu(name) for name in gpus.split(",") if name.strip()]
+    prices = parse_prices(price, catalog.get_gpu)
+    assumed = default_assumptions(gpu_power_fraction=gpu_power_fraction,
+                                  node_overhead_w=node_overhead_w, pue=pue,
+                                  grid_kg_per_kwh=grid_kg_per_kwh)
     budget = parse_tokens(tokens)
     params = total_params(spec)
     if budget == CHINCHILLA:
@@ -62,15 +82,29 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
                         seq_len=seq, precision=precision)
     cells = capacity_grid(spec, workload, gpu_specs, node_counts, budget, gpus_per_node,
                           software=software, stack=stack.name)
-    df = capacity_table(cells)
+    costs = price_cells(cells, {g.name: g for g in gpu_specs}, assumed, prices)
+    df = capacity_table(cells, costs, tokens=budget, tdp_w={g.name: g.tdp_w for g in gpu_specs})
     out = Path(output_dir) if output_dir else Path("autoconfig-out") / f"capacity-{spec.name}"
     title = f"Capacity plan: {spec.name} ({format_count(params)} params), {format_count(budget)} tokens"
     notes = [f"global batch {workload.global_batch_size} sequences of {seq} tokens, {precision}, "
              f"stack {stack.name}",
              "days = tokens / (predicted tokens/s of the best plan); predictions, not measurements: "
-             "prove the chosen cell with `autoconfig search ... --profile`"]
-    text = markdown(cells, title, notes)
-    write_atomic(out / "capacity.csv", df.to_csv(index=False))
-    write_atomic(out / "capacity.md", text)
+             "prove the chosen cell with `autoconfig search ... --profile`",
+             f"cost = GPU-hours x price ({_prices_note(prices)}); energy = (GPUs x TDP x "
+             f"{assumed.gpu_power_fraction:g} + nodes x node overhead) x hours x PUE "
+             f"{assumed.pue:g}; CO2 = energy x "
+             + (f"{assumed.grid_kg_per_kwh:g} kg/kWh" if assumed.grid_kg_per_kwh is not None
+                else "grid intensity (not given: --grid-kg-per-kwh)")
+             + "; sources: heuristics/energy.yaml, configs/gpus/*.yaml tdp_w"]
+    csv_path = write_atomic(out / CSV_NAME, df.to_csv(index=False))
+    plots = [] if no_plots else safe_plots(capacity_plots, df, out, title)
+    text = markdown(cells, title, notes, costs, plots)
+    md_path = write_atomic(out / MARKDOWN_NAME, text)
     click.echo(text)
-    click.echo(f"wrote:\n  {out / 'capacity.csv'}\n  {out / 'capacity.md'}")
+    click.echo("wrote:\n" + "\n".join(f"  {p}" for p in [csv_path, md_path, *plots]))
+
+
+def _prices_note(prices: dict[str, float]) -> str:
+    if not prices:
+        return "no --price given"
+    return ", ".join(f"{gpu} ${usd:g}/GPU-hour" for gpu, usd in prices.items())

@@ -139,6 +139,9 @@ def stack_options(func):
                      help="Override: fused (flash) attention."),
         click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,
                      help="Override: pipeline sends split over the TP ranks."),
+        click.option("--tp-async-backward/--no-tp-async-backward", default=None,
+                     help="Override: backward TP collectives overlapped with weight-gradient "
+                          "GEMMs (megatron-core default)."),
         click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
                      help="Override for FSDP stacks: full-shard or shard-grad-op."),
     ]
@@ -149,7 +152,7 @@ def stack_options(func):
 
 STACK_OPTION_NAMES = ("stack", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
                       "grad_reduce_dtype", "fused_attention", "p2p_scatter_gather",
-                      "fsdp_sharding")
+                      "fsdp_sharding", "tp_async_backward")
 
 
 def pop_software(options: dict, default_stack: str | None = None):

@@ -48,6 +48,7 @@ def render_search(result, top: int, files: dict | None = None) -> str:
 @click.option("--top", type=int, default=10, show_default=True, help="Plans to print.")
 @stack_options
 @profile_options
+@click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Report folder (default ./autoconfig-out/<model>-<gpu>-<nodes>n).")
 def search(**options) -> None:
@@ -59,13 +60,14 @@ def search(**options) -> None:
     from autoconfig.profiling.sweep import check_options, ranked_from_search, run_profiling
     from autoconfig.reports.search_report import write_report
     from autoconfig.training.search import search_inputs
+    plots = not options.pop("no_plots")
     profiling = pop_profile_options(options)
     if profiling.profile:
         check_options(profiling)
     stack, software = pop_software(options, _base_stack(options.get("base")))
     inputs = inputs_from_options(stack=stack, software=software, **options)
     result = search_inputs(inputs)
-    files = write_report(result, inputs.output_dir, top=inputs.top)
+    files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots)
     click.echo(render_search(result, inputs.top, files))
     run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
                   profiling, inputs.output_dir)

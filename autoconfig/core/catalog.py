@@ -13,7 +13,7 @@ from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec
 from autoconfig.paths import configs_dir
 from autoconfig.units import parse_count
-from autoconfig.yamlio import load_yaml, require_source, sourced_number
+from autoconfig.yamlio import load_yaml, require_source, sourced_field, sourced_number
 
 _GPU_NUMBERS = ("peak_bf16_tflops", "hbm_capacity_gb", "hbm_bandwidth_gb_per_s",
                 "nvlink_bandwidth_gb_per_s", "gpus_per_node", "nvlink_domain_gpus",
@@ -40,7 +40,29 @@ def gpu_from_yaml(path: Path) -> GPU:
         gpus_per_node=int(numbers["gpus_per_node"]),
         nvlink_domain_gpus=int(numbers["nvlink_domain_gpus"]),
         internode_bandwidth_gb_per_s=float(numbers["internode_bandwidth_gb_per_s"]),
-        aliases=tuple(str(a) for a in data.get("aliases", ())))
+        aliases=tuple(str(a) for a in data.get("aliases", ())),
+        generation=_generation(data, path),
+        sm_count=int(sourced_number(data, "sm_count", path)),
+        tdp_w=_optional_positive(data, "tdp_w", path),
+        node_power_w=_optional_positive(data, "node_power_w", path))
+
+
+def _generation(data: dict, path: Path) -> str:
+    """The GPU generation (ampere, hopper, blackwell...): which step-time constants
+    of heuristics/perf.yaml apply. Required: a GPU the model has no constants for
+    must say so, not silently borrow another's."""
+    if data.get("generation") is None:
+        raise CatalogError(f"{path}: missing field 'generation' (the GPU architecture, e.g. "
+                           "hopper; it picks the constants of heuristics/perf.yaml)")
+    value, _ = sourced_field(data, "generation", path)
+    return str(value)
+
+
+def _optional_positive(data: dict, key: str, path: Path) -> float | None:
+    value = sourced_number(data, key, path, optional=True)
+    if value is not None and value <= 0:
+        raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
+    return None if value is None else float(value)
 
 
 def model_from_yaml(path: Path) -> ModelSpec:

@@ -31,7 +31,17 @@ class GPU:
     """GPUs reachable over NVLink without the scale-out network (72 on NVL72)."""
     internode_bandwidth_gb_per_s: float
     """Scale-out (InfiniBand) bandwidth per GPU, one direction."""
+    generation: str
+    """Architecture generation: picks the step-time constants (heuristics/perf.yaml)."""
+    sm_count: int
+    """Streaming multiprocessors: GEMM tiles run in waves of this many."""
     aliases: tuple[str, ...] = ()
+    tdp_w: float | None = None
+    """Board power (maximum thermal design power) of one GPU in watts, from the
+    datasheet; ``None`` for a user's GPU file without it."""
+    node_power_w: float | None = None
+    """Maximum power of the whole usual node (GPUs, CPUs, NICs, fans) in watts,
+    from the system datasheet; ``None`` where none is published."""
 
     @property
     def hbm_capacity_bytes(self) -> float:

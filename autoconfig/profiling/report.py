@@ -167,15 +167,22 @@ def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
     return "\n".join(lines)
 
 
-def write_report(out_dir: Path, objective: str | None = None) -> tuple[Path, Path, pd.DataFrame]:
-    """Write profile_report.csv and profile_report.md into ``out_dir``."""
+def write_report(out_dir: Path, objective: str | None = None,
+                 plots: bool = True) -> tuple[Path, Path, pd.DataFrame]:
+    """Write profile_report.csv and profile_report.md into ``out_dir`` (and the
+    predicted-vs-measured plot, linked from the markdown)."""
     out_dir = Path(out_dir)
     meta = store.load_meta(out_dir)
     objective = objective or meta.get("objective", "throughput")
     table = build_table(out_dir, objective)
     csv_path, md_path = out_dir / REPORT_CSV, out_dir / REPORT_MD
     table.to_csv(csv_path, index=False)
-    md_path.write_text(render_markdown(table, meta, objective))
+    drawn = []
+    if plots:
+        from autoconfig.reports.plots import profile_plots, safe_plots
+        drawn = safe_plots(profile_plots, table, out_dir)
+    md_path.write_text(render_markdown(table, meta, objective)
+                       + "".join(f"\n![{p.stem}]({p.name})\n" for p in drawn))
     return csv_path, md_path, table
 
 

@@ -237,17 +237,27 @@ def markdown_report(result: SearchResult, top: int) -> str:
     return "\n".join(lines)
 
 
-def write_report(result: SearchResult, out_dir: Path, top: int = 10) -> dict[str, Path]:
-    """Write every report file; returns name -> path."""
+def write_report(result: SearchResult, out_dir: Path, top: int = 10,
+                 plots: bool = False) -> dict[str, Path]:
+    """Write every report file (and, with ``plots``, the PNG plots linked from
+    the markdown); returns name -> path."""
     out_dir = Path(out_dir)
+    drawn = []
+    if plots:
+        from autoconfig.reports.plots import safe_plots, search_plots
+        drawn = safe_plots(search_plots, result.table, out_dir,
+                           f"{result.model.name} on {result.cluster.num_gpus} x "
+                           f"{result.cluster.gpu.name}", top)
+    links = "".join(f"![{p.stem}]({p.name})\n" for p in drawn)
     files = {
         "csv": (CSV_NAME, ranked_csv(result)),
-        "markdown": (MARKDOWN_NAME, markdown_report(result, top)),
+        "markdown": (MARKDOWN_NAME, markdown_report(result, top) + links),
         "best": (BEST_NAME, yaml.safe_dump(best_document(result), sort_keys=False)),
         "megatron": (MEGATRON_NAME, megatron_command(result)),
         "nemo": (NEMO_NAME, "\n".join(nemo_overrides(result)) + "\n"),
     }
-    return {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
+    written = {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
+    return {**written, **{p.stem: p for p in drawn}}
 
 
 def _r(value) -> float:

@@ -65,6 +65,11 @@ class SoftwareFeatures:
     """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
     for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
     megatron/training/arguments.py), so 4; fp16 runs of 2020-21 reduce in fp16, so 2."""
+    tp_async_backward: bool = True
+    """megatron-core overlaps the backward TP collective of each column-parallel
+    layer (its input gradient) with that layer's weight-gradient GEMM (async
+    tensor-parallel all-reduce / reduce-scatter, in Megatron-LM since late 2021).
+    Off for 2020-21 Megatron-LM and Megatron-DeepSpeed of 2022."""
     tp_comm_overlap: bool = False
     """Transformer Engine's userbuffers comm-GEMM overlap (Megatron --tp-comm-overlap;
     on in the Megatron-Bridge performance recipes: comm_overlap.tp_comm_overlap_cfg =
@@ -168,13 +173,15 @@ def with_overrides(features: SoftwareFeatures, *, tp_comm_overlap: bool | None =
                    grad_reduce_dtype: str | None = None,
                    fused_attention: bool | None = None,
                    p2p_scatter_gather: bool | None = None,
-                   fsdp_sharding: str | None = None) -> SoftwareFeatures:
+                   fsdp_sharding: str | None = None,
+                   tp_async_backward: bool | None = None) -> SoftwareFeatures:
     """The stack's features with single features overridden (None keeps the stack's)."""
     changes = {k: v for k, v in (("tp_comm_overlap", tp_comm_overlap),
                                  ("overlap_grad_reduce", overlap_grad_reduce),
                                  ("overlap_param_gather", overlap_param_gather),
                                  ("flash_attention", fused_attention),
-                                 ("p2p_scatter_gather", p2p_scatter_gather)) if v is not None}
+                                 ("p2p_scatter_gather", p2p_scatter_gather),
+                                 ("tp_async_backward", tp_async_backward)) if v is not None}
     if grad_reduce_dtype is not None:
         changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
     if fsdp_sharding is not None:

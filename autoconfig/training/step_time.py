@@ -50,9 +50,6 @@ class PerfConstants:
 
     gemm_efficiency_max: dict = field(default_factory=dict)
     """Generation -> large-GEMM fraction of the bf16 dense peak."""
-    generations: dict = field(default_factory=dict)
-    """GPU catalog name -> generation."""
-    default_generation: str = "hopper"
     gemm_size_factor: float = 1.0
     elementwise_traffic_factor: float = 1.0
     fp8_gemm_speedup: float = 1.5
@@ -61,6 +58,9 @@ class PerfConstants:
     hbm_efficiency: float = 0.8
     optimizer_bytes_per_param: float = 30.0
     tp_comm_overlap: float = 0.0
+    gemm_tile_m: float = 0.0
+    gemm_tile_n: float = 0.0
+    """Output tile of the tensor-core GEMM kernels (``wave_quantization``); 0: off."""
     layer_overhead_s: dict = field(default_factory=dict)
     """Framework -> fixed seconds per layer per micro-batch (forward, backward and
     recompute together) that do not shrink with the micro-batch: host-side work of
@@ -79,7 +79,7 @@ class PerfConstants:
         return self._per_generation(self.gemm_efficiency_max, "gemm_efficiency_max", gpu)
 
     def attention_efficiency_of(self, gpu: GPU, kernel: str = "fused") -> float:
-        generation = self.generations.get(gpu.name, self.default_generation)
+        generation = gpu.generation
         for name in (kernel, "fused"):
             table = self.attention_efficiency.get(name) or {}
             if generation in table:
@@ -87,10 +87,11 @@ class PerfConstants:
         return self.efficiency_max(gpu)
 
     def _per_generation(self, table: dict, name: str, gpu: GPU) -> float:
-        generation = self.generations.get(gpu.name, self.default_generation)
+        generation = gpu.generation
         if generation not in table:
             raise CatalogError(f"heuristics/perf.yaml: no {name} for generation "
-                               f"{generation!r} (GPU {gpu.name!r})")
+                               f"{generation!r} of GPU {gpu.name!r}: add it there, or set the "
+                               "GPU file's 'generation' to one it has")
         return table[generation]
 
 
@@ -138,7 +139,7 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         raise CatalogError(f"{path}: missing mapping 'gemm_efficiency_max'")
     scalars = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup",
                "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
-               "optimizer_bytes_per_param", "tp_comm_overlap")
+               "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n")
     overheads = data.get("layer_overhead_s") or {}
     attention = data.get("attention_efficiency") or {}
     if not all(isinstance(v, dict) and "value" not in v for v in attention.values()):
@@ -148,8 +149,6 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         attention_efficiency={kernel: {g: float(sourced_number(table, g, path)) for g in table}
                               for kernel, table in attention.items()},
         layer_overhead_s={k: float(sourced_number(overheads, k, path)) for k in overheads},
-        generations={str(k): str(v) for k, v in (data.get("generations") or {}).items()},
-        default_generation=str(data.get("default_generation", "hopper")),
         **{k: float(sourced_number(data, k, path)) for k in scalars})
 
 
@@ -164,6 +163,20 @@ def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_f
     """
     penalty = 1.0 + size_factor * ridge_flop_per_elem * (1.0 / m + 1.0 / n + 1.0 / k)
     return flops / (eff_max * peak_flops) * penalty
+
+
+def wave_quantization(m, n, tile_m: float, tile_n: float, sm_count: int):
+    """Factor (>= 1) by which an M x N GEMM output runs slower than its FLOPs say
+    because it is computed in whole tiles, a wave of ``sm_count`` tiles at a
+    time (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
+    quantization): ceil(M/tm) ceil(N/tn) tiles take ceil(tiles/SMs) waves,
+    against M N / (tm tn SMs) waves of useful work. Narrow TP slices (N = out/t)
+    and short CP chunks (M = s b/cp) pay most. tile_m = 0 turns it off."""
+    if not tile_m:
+        return 1.0
+    tiles = np.ceil(m / tile_m) * np.ceil(n / tile_n)
+    waves = np.ceil(tiles / sm_count)
+    return waves * sm_count * tile_m * tile_n / (m * n)
 
 
 def _layer_gemms(model: ModelSpec, t):
@@ -280,10 +293,12 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
                                   layers * (attn + times["scores"]), 0.0))
     # Forward + backward: 3 x forward for the GEMMs, the attention core its own backward.
     compute = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd) + 3.0 * logits_fwd
-    tp = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers)
+    tp = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
+                                 times["column_parallel_gemms"] if sw.tp_async_backward else None)
     if sw.tp_comm_overlap:
         tp = np.maximum(0.0, tp - (3.0 * layers + rc_layers) * times["weight_gemm"])
-    cp_comm = _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
+    cp_comm = (_cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
+               + layers * times["cp_correction"])
     fixed = layers * c.layer_overhead_s.get(sw.framework, 0.0)
     backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd) + 2.0 * logits_fwd
     return {"compute": compute, "recompute": recompute, "tp": tp, "cp": cp_comm, "fixed": fixed,
@@ -312,9 +327,11 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
 
     def gemm(flops_per_token, n, k, m=tokens):
         return gemm_time_s(flops_per_token * tokens, m, n, k, peak, eff, ridge,
-                           c.gemm_size_factor)
+                           c.gemm_size_factor) * wave_quantization(
+            m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
 
-    weight_gemm = sum(gemm(fl, n, k) for fl, n, k in _layer_gemms(model, t)) / fp8
+    gemms = [gemm(fl, n, k) / fp8 for fl, n, k in _layer_gemms(model, t)]
+    weight_gemm = sum(gemms)
     if sw.flash_attention:
         attn, attn_bwd = _flash_attention_times(model, s, tokens, t, peak,
                                                 c.attention_efficiency_of(gpu, sw.attention_kernel))
@@ -331,7 +348,24 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
                   model.vocab_size / t, model.hidden_size) / fp8
     return {"layer": weight_gemm + attn + factor * total, "attention": attn,
             "attention_backward": attn_bwd, "weight_gemm": weight_gemm,
-            "scores": factor * (total - linear), "logits": logits}
+            "column_parallel_gemms": (gemms[0], gemms[2]),
+            "scores": factor * (total - linear), "logits": logits,
+            "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm)}
+
+
+def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
+    """Forward + backward seconds per layer that ring attention spends merging
+    its cp partial results. Transformer Engine's context-parallel attention
+    (``AttnFuncWithCPAndKVP2P``) runs one attention kernel per ring step on a
+    (s/cp) x (s/cp) block and folds each step's output into an fp32 accumulator
+    with the log-sum-exp correction: per step it reads the step output (2 B)
+    and reads and writes the accumulator (4 + 4 B) per local query element of
+    width h/t; the backward accumulates dQ, dK and dV in fp32 the same way, about
+    twice that. (cp - 1) corrected steps of s b/cp tokens: a cost that grows with
+    (cp - 1)/cp of the whole sequence while the rest of the layer shrinks by 1/cp.
+    Zero without CP."""
+    per_step = s * b / cp * model.hidden_size / t * (2.0 + 8.0) * 3.0
+    return np.where(cp > 1, (cp - 1.0) * per_step / hbm_bytes_per_s, 0.0)
 
 
 def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: float,
@@ -356,13 +390,22 @@ def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: fl
     return forward, 2.5 * forward
 
 
-def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers):
+def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
+                            async_backward_gemms=None):
     """Exposed TP communication of one micro-batch on one stage.
 
     Per layer 2 all-reduces forward and 2 backward of s*b*h bf16 (Shoeybi et
     al. 2019, Fig. 4); with SP the same volume as reduce-scatter + all-gather
     (Korthikanti et al. 2022, Sec. 4.2.2); full recompute repeats the forward
     pair. TP groups are innermost, so over NVLink while t fits the domain.
+
+    The two backward collectives reduce the input gradients of the
+    column-parallel layers (QKV and first MLP). megatron-core launches each
+    asynchronously and computes that layer's weight gradient meanwhile
+    (``LinearWithGradAccumulationAndAsyncCommunication``: "asynchronous
+    communication overlapped with the weight gradient computation"), so with
+    ``async_backward_gemms`` = (QKV, MLP-up) forward GEMM seconds, the size of
+    those weight-gradient GEMMs, only what exceeds them is exposed.
     """
     gpu = cluster.gpu
     nbytes = tokens * model.hidden_size * BF16_BYTES
@@ -371,8 +414,12 @@ def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers):
                                    gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
                                    gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
                                    c.comm_latency_s)
-    count = 4.0 * layers + 2.0 * rc_layers
-    return (1.0 - c.tp_comm_overlap) * count * one
+    if async_backward_gemms is None:
+        backward = 2.0 * one
+    else:
+        backward = sum(np.maximum(0.0, one - g) for g in async_backward_gemms)
+    exposed = layers * (2.0 * one + backward) + 2.0 * rc_layers * one
+    return np.where(t > 1, (1.0 - c.tp_comm_overlap) * exposed, 0.0)
 
 
 def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_bwd_s):

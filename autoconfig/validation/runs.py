@@ -501,7 +501,8 @@ def _feature_args(stack: SoftwareFeatures, run: SoftwareFeatures) -> list:
     """Override flags for the features where the run differs from its stack."""
     flags = {"tp_comm_overlap": "tp-comm-overlap", "overlap_grad_reduce": "overlap-grad-reduce",
              "overlap_param_gather": "overlap-param-gather",
-             "flash_attention": "fused-attention", "p2p_scatter_gather": "p2p-scatter-gather"}
+             "flash_attention": "fused-attention", "p2p_scatter_gather": "p2p-scatter-gather",
+             "tp_async_backward": "tp-async-backward"}
     args: list = []
     for name, flag in flags.items():
         if getattr(run, name) != getattr(stack, name):

@@ -1,0 +1,86 @@
+"""``autoconfig sweep`` and ``autoconfig compare``: run a matrix of settings into
+one run directory, and compare two such runs (thin: parse, one library call,
+render)."""
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+EXIT_REGRESSION = 1
+EXIT_ALL_FAILED = 1
+
+
+@click.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+              help="Run directory (default ./autoconfig-out/sweeps/<UTC timestamp>). Running "
+                   "again into the same directory resumes it.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Run directory of an interrupted sweep: skip settings with a final result.")
+@click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
+def sweep(sweep_file, output_dir, resume_dir, no_plots) -> None:
+    """Run every setting of SWEEP_FILE (models x GPUs x nodes x batch x sequence x
+    precision x stack x objective; predict-only or profiled) and write
+    manifest.json, settings/*.json (one per setting, as it finishes), sweep.csv,
+    sweep.md, sweep.json and plots. A failing setting is recorded with its
+    reason; exit status 1 only when every setting failed."""
+    from autoconfig.errors import InputError
+    from autoconfig.progress import Progress
+    from autoconfig.sweep.run import run_sweep
+    from autoconfig.sweep.spec import load_sweep
+    from autoconfig.sweep.summary import write_summary
+
+    spec = load_sweep(Path(sweep_file))
+    if resume_dir and output_dir and Path(resume_dir) != Path(output_dir):
+        raise InputError("give either --resume DIR or -o DIR (or both the same)")
+    if resume_dir and not (Path(resume_dir) / "manifest.json").is_file():
+        raise InputError(f"invalid --resume {resume_dir}: no manifest.json there (give the "
+                         "run directory of an earlier sweep)")
+    out = Path(resume_dir or output_dir or Path("autoconfig-out") / "sweeps" /
+               time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    started = time.monotonic()
+    with Progress(len(spec.settings), f"sweep {spec.name}") as bar:
+        records = run_sweep(spec, out, Path(sweep_file), progress=bar)
+    files = write_summary(out, records, spec.name, spec.tokens, plots=not no_plots)
+    ok = sum(r["status"] == "ok" for r in records)
+    click.echo(files["markdown"].read_text())
+    click.echo(f"{ok}/{len(records)} settings ok in {time.monotonic() - started:.1f} s; "
+               f"run directory {out}")
+    click.echo("wrote:\n" + "\n".join(f"  {p}" for p in files.values()))
+    if ok == 0:
+        click.echo("error: every setting failed (reasons in sweep.md)", err=True)
+        sys.exit(EXIT_ALL_FAILED)
+
+
+@click.command()
+@click.argument("old", type=click.Path(file_okay=False))
+@click.argument("new", type=click.Path(file_okay=False))
+@click.option("--threshold", type=float, default=5.0, show_default=True,
+              help="Percent drop in tokens/s/GPU that counts as a regression.")
+@click.option("--either-way", is_flag=True,
+              help="Also fail on a rise beyond the threshold (pin predictions to a baseline).")
+@click.option("--markdown", "markdown_file", type=click.Path(dir_okay=False),
+              help="Also write the summary here (e.g. $GITHUB_STEP_SUMMARY).")
+def compare(old, new, threshold, either_way, markdown_file) -> None:
+    """Compare two sweep run directories setting by setting: change in predicted
+    and measured throughput, best-plan changes, settings that became infeasible
+    or are in only one run. Exit status 1 when anything regressed beyond the
+    threshold."""
+    from autoconfig.atomic import write_atomic
+    from autoconfig.errors import InputError
+    from autoconfig.sweep.compare import compare_runs, render_markdown
+    from autoconfig.sweep.summary import load_run
+
+    if threshold < 0:
+        raise InputError(f"invalid --threshold {threshold:g}: must be >= 0 (percent)")
+    result = compare_runs(load_run(Path(old)), load_run(Path(new)), threshold, either_way)
+    text = render_markdown(result, old, new)
+    if markdown_file:
+        path = Path(markdown_file)
+        previous = path.read_text() if path.is_file() else ""
+        write_atomic(path, previous + text)
+    click.echo(text)
+    if result.regressions:
+        sys.exit(EXIT_REGRESSION)

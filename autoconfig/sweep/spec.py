@@ -1,0 +1,271 @@
+"""The sweep file: a matrix of settings, validated into Setting values.
+
+```yaml
+name: nightly                 # optional, shown in reports
+matrix:                       # every combination of these lists is one setting
+  model: [llama3-8b, {model: gpt3, size: 175b},
+          {name: my-shape, layers: 4, hidden: 256, heads: 4, vocab: 1024}]
+  gpu: [h100, a100-80gb]
+  nodes: [16, 64]
+  gbs: [auto]                 # sequences; auto = the base heuristic
+  seq_len: [auto]             # auto = the model's
+  precision: [bf16]
+  stack: [megatron-lm]
+  objective: [throughput]
+  mode: [predict]             # predict, or profile (short real runs)
+settings: []                  # optional extra settings, each a mapping of the keys above
+gpus_per_node: auto           # optional, for every setting
+tokens: 1t                    # optional token budget: sweep.csv then gives train_days
+profile: {device: cpu, executor: local, top_k: 2, max_steps: 2, warmup_steps: 1}
+```
+
+Every error is one line naming the bad key or value and what is allowed.
+"""
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from autoconfig.core.plan import PRECISIONS
+from autoconfig.errors import InputError
+
+MODES = ("predict", "profile")
+OBJECTIVES = ("throughput", "memory")
+AXES = ("model", "gpu", "nodes", "gbs", "seq_len", "precision", "stack", "objective", "mode")
+DEFAULTS = {"gbs": "auto", "seq_len": "auto", "precision": "bf16", "stack": "megatron-lm",
+            "objective": "throughput", "mode": "predict"}
+TOP_KEYS = ("name", "description", "matrix", "settings", "gpus_per_node", "profile", "tokens")
+INLINE_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "swiglu",
+               "seq_len")
+PROFILE_KEYS = {"device": str, "executor": str, "top_k": int, "max_steps": int,
+                "warmup_steps": int, "max_minutes": int, "max_parallel": int,
+                "partition": str, "account": str, "qos": str, "time_limit": int,
+                "profile_objective": str}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A catalog model (``model``, optional ``size``) or an inline shape."""
+
+    model: str | None = None
+    size: str | None = None
+    shape: tuple[tuple[str, object], ...] = ()
+    """Inline shape as sorted (key, value) pairs (layers, hidden, heads, vocab...)."""
+
+    @property
+    def label(self) -> str:
+        if self.model:
+            return f"{self.model}-{self.size}" if self.size else self.model
+        shape = dict(self.shape)
+        return str(shape.get("name") or f"custom-{shape['layers']}l-{shape['hidden']}h")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the matrix: what to search (and maybe profile)."""
+
+    model: ModelRef
+    gpu: str
+    nodes: int
+    gbs: int | None
+    """None: the base heuristic."""
+    seq_len: int | None
+    """None: the model's."""
+    precision: str = "bf16"
+    stack: str = "megatron-lm"
+    objective: str = "throughput"
+    mode: str = "predict"
+    gpus_per_node: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The setting's identity across runs (compare matches on it)."""
+        return (f"{self.model.label}|{self.gpu}|{self.nodes}n"
+                + (f"x{self.gpus_per_node}" if self.gpus_per_node else "")
+                + f"|gbs={self.gbs or 'auto'}|seq={self.seq_len or 'auto'}|{self.precision}"
+                f"|{self.stack}|{self.objective}|{self.mode}")
+
+    @property
+    def slug(self) -> str:
+        """A file-name-safe form of the key (for the per-setting result file)."""
+        return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in self.key)
+
+    def to_dict(self) -> dict:
+        return {"model": self.model.label, "model_ref": {"model": self.model.model,
+                                                         "size": self.model.size,
+                                                         "shape": dict(self.model.shape)},
+                "gpu": self.gpu, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+                "gbs": self.gbs, "seq_len": self.seq_len, "precision": self.precision,
+                "stack": self.stack, "objective": self.objective, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    settings: tuple[Setting, ...]
+    profile: dict = field(default_factory=dict)
+    """Profiling options (ProfileOptions field names) for settings in profile mode."""
+    tokens: float | None = None
+    """Optional token budget: reports then give days to train it."""
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """Read and validate a sweep file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"sweep file {str(path)!r} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse_sweep(data, where=str(path), default_name=path.stem)
+
+
+def parse_sweep(data, where: str = "sweep", default_name: str = "sweep") -> SweepSpec:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping with 'matrix' and/or 'settings'")
+    _unknown(data, TOP_KEYS, where, "top-level key")
+    if "matrix" not in data and "settings" not in data:
+        raise InputError(f"{where}: no settings: give 'matrix' (lists per key) and/or "
+                         "'settings' (a list of mappings)")
+    gpn = _opt_int(data.get("gpus_per_node"), f"{where}: gpus_per_node")
+    settings: list[Setting] = []
+    if data.get("matrix") is not None:
+        settings += _matrix(data["matrix"], f"{where}: matrix", gpn)
+    extra = data.get("settings") or []
+    if not isinstance(extra, list):
+        raise InputError(f"{where}: settings must be a list of mappings, got {extra!r}")
+    for i, item in enumerate(extra):
+        item_where = f"{where}: settings[{i}]"
+        if not isinstance(item, dict):
+            raise InputError(f"{item_where}: expected a mapping of {', '.join(AXES)}")
+        _unknown(item, AXES + ("gpus_per_node",), item_where, "key")
+        values = {**DEFAULTS, **item}
+        settings.append(_setting(values, item_where,
+                                 _opt_int(item.get("gpus_per_node", gpn),
+                                          f"{item_where}: gpus_per_node")))
+    keys = [s.key for s in settings]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise InputError(f"{where}: setting {dupes[0]!r} appears twice")
+    if not settings:
+        raise InputError(f"{where}: the matrix and settings give no setting")
+    profile = _profile(data.get("profile") or {}, f"{where}: profile")
+    tokens = None
+    if data.get("tokens") is not None:
+        from autoconfig.units import parse_count
+        tokens = parse_count(str(data["tokens"]), what="tokens")
+    return SweepSpec(name=str(data.get("name") or default_name), settings=tuple(settings),
+                     profile=profile, tokens=tokens)
+
+
+def _matrix(matrix, where: str, gpn: int | None) -> list[Setting]:
+    if not isinstance(matrix, dict):
+        raise InputError(f"{where}: expected a mapping of {', '.join(AXES)} to lists")
+    _unknown(matrix, AXES, where, "key")
+    for key in ("model", "gpu", "nodes"):
+        if key not in matrix:
+            raise InputError(f"{where}: missing {key!r} (a list)")
+    lists = {}
+    for key in AXES:
+        value = matrix.get(key, DEFAULTS.get(key))
+        lists[key] = value if isinstance(value, list) else [value]
+        if not lists[key]:
+            raise InputError(f"{where}: {key} is an empty list")
+    return [_setting(dict(zip(AXES, combo)), where, gpn)
+            for combo in itertools.product(*(lists[k] for k in AXES))]
+
+
+def _setting(values: dict, where: str, gpn: int | None) -> Setting:
+    for key in ("model", "gpu", "nodes"):
+        if values.get(key) is None:
+            raise InputError(f"{where}: missing {key!r}")
+    nodes = values["nodes"]
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InputError(f"{where}: invalid nodes {nodes!r}: must be a positive integer")
+    for key, allowed in (("precision", PRECISIONS), ("objective", OBJECTIVES), ("mode", MODES)):
+        if values[key] not in allowed:
+            raise InputError(f"{where}: invalid {key} {values[key]!r}: allowed are "
+                             f"{', '.join(allowed)}")
+    stack = str(values["stack"])
+    from autoconfig.training.stack import stack_names
+    if stack not in stack_names():
+        raise InputError(f"{where}: invalid stack {stack!r}: allowed are "
+                         f"{', '.join(stack_names())}")
+    gpu = _gpu_name(values["gpu"], where)
+    return Setting(model=_model_ref(values["model"], where), gpu=gpu, nodes=nodes,
+                   gbs=_auto_int(values["gbs"], f"{where}: gbs"),
+                   seq_len=_auto_int(values["seq_len"], f"{where}: seq_len"),
+                   precision=values["precision"], stack=stack, objective=values["objective"],
+                   mode=values["mode"], gpus_per_node=gpn)
+
+
+def _gpu_name(value, where: str) -> str:
+    from autoconfig.core.catalog import get_gpu
+    try:
+        return get_gpu(str(value)).name
+    except InputError as exc:
+        raise InputError(f"{where}: gpu: {exc}") from None
+
+
+def _model_ref(value, where: str) -> ModelRef:
+    """A name (``llama3-8b``), {model, size}, or an inline shape mapping; checked
+    against the catalog now so a typo fails before anything runs."""
+    from autoconfig.core.catalog import get_model, resolve_model
+    try:
+        if isinstance(value, str):
+            get_model(value)
+            return ModelRef(model=value)
+        if isinstance(value, dict) and "model" in value:
+            _unknown(value, ("model", "size"), f"{where}: model", "key")
+            size = None if value.get("size") is None else str(value["size"])
+            get_model(str(value["model"]), size)
+            return ModelRef(model=str(value["model"]), size=size)
+        if isinstance(value, dict):
+            _unknown(value, INLINE_KEYS, f"{where}: model", "inline-shape key")
+            resolve_model(None, None, value.get("layers"), value.get("hidden"),
+                          value.get("heads"), value.get("kv_heads"), value.get("ffn"),
+                          value.get("vocab"), bool(value.get("swiglu")), value.get("seq_len"))
+            return ModelRef(shape=tuple(sorted(value.items())))
+    except InputError as exc:
+        raise InputError(f"{where}: model: {exc}") from None
+    raise InputError(f"{where}: invalid model {value!r}: expected a catalog name, "
+                     "{model: NAME, size: SIZE} or an inline shape {layers, hidden, heads, vocab}")
+
+
+def _profile(data, where: str) -> dict:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping of {', '.join(PROFILE_KEYS)}")
+    _unknown(data, tuple(PROFILE_KEYS), where, "key")
+    out = {}
+    for key, value in data.items():
+        kind = PROFILE_KEYS[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InputError(f"{where}: invalid {key} {value!r}: must be a non-negative integer")
+        out[key] = kind(value)
+    if out.get("device", "cpu") not in ("cpu", "cuda"):
+        raise InputError(f"{where}: invalid device {out['device']!r}: allowed are cuda, cpu")
+    if out.get("executor", "local") not in ("local", "slurm"):
+        raise InputError(f"{where}: invalid executor {out['executor']!r}: allowed are local, "
+                         "slurm")
+    return out
+
+
+def _unknown(data: dict, allowed: tuple, where: str, what: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise InputError(f"{where}: unknown {what} {key!r}: allowed are {', '.join(allowed)}")
+
+
+def _auto_int(value, where: str) -> int | None:
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{where}: invalid value {value!r}: a positive integer or auto")
+    return value
+
+
+def _opt_int(value, where: str) -> int | None:
+    return _auto_int(value, where)

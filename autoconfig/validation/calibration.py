@@ -1,0 +1,201 @@
+"""Fitting the step-time model's few free constants, and leave-one-source-out
+cross-validation of them.
+
+The free constants (``FREE``) are shared by every row, per GPU generation or
+per software stack, never per source: the large-GEMM efficiency of each
+generation, the elementwise-traffic factor, the FP8 GEMM speed-up (bounded by
+the datasheet ratio), the fixed per-layer cost of the Megatron-DeepSpeed and
+PyTorch-FSDP frameworks and the efficiency of llm-foundry's attention kernel.
+The loss is the mean squared log ratio of predicted to measured figure,
+averaged per source and then over sources (so 216 llm-foundry rows do not
+drown 16 Narayanan ones), minimised by Nelder-Mead (Nelder & Mead 1965).
+
+Leave-one-source-out: for each source, refit on the others and predict it. A
+constant that no remaining row informs (a framework or kernel only that source
+ran, a GPU generation only it measured) falls back to its prior (``PRIORS``:
+no framework cost, the fused-attention figure, the previous generation's
+efficiency): what a user of that stack or GPU would get today.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoconfig.training.step_time import PerfConstants
+
+FREE: tuple[tuple[str, ...], ...] = (
+    ("gemm_efficiency_max", "ampere"), ("gemm_efficiency_max", "hopper"),
+    ("gemm_efficiency_max", "blackwell"), ("elementwise_traffic_factor",),
+    ("fp8_gemm_speedup",), ("layer_overhead_s", "megatron-deepspeed"),
+    ("layer_overhead_s", "pytorch-fsdp"), ("attention_efficiency", "llm-foundry", "ampere"),
+    ("attention_efficiency", "llm-foundry", "hopper"))
+BOUNDS = {"gemm_efficiency_max": (0.05, 1.0), "elementwise_traffic_factor": (0.05, 5.0),
+          "fp8_gemm_speedup": (1.0, 2.0), "layer_overhead_s": (0.0, 0.05),
+          "attention_efficiency": (0.05, 1.0)}
+"""fp8_gemm_speedup at most 2.0: the datasheet ratio of dense FP8 to BF16 peak (H100, B200)."""
+PREVIOUS_GENERATION = {"hopper": "ampere", "blackwell": "hopper"}
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Per held-out source: its MAPE in-sample and when left out, and the rows."""
+
+    in_sample_pct: dict
+    held_out_pct: dict
+    rows: dict
+    fitted_constants: int
+    held_out_predictions: dict
+    """record id -> predicted step time with its source left out."""
+
+    @property
+    def held_out_overall_pct(self) -> float:
+        """Mean over rows (as the in-sample overall MAPE)."""
+        total = sum(self.held_out_pct[s] * self.rows[s] for s in self.held_out_pct)
+        return total / sum(self.rows.values())
+
+    @property
+    def in_sample_overall_pct(self) -> float:
+        total = sum(self.in_sample_pct[s] * self.rows[s] for s in self.in_sample_pct)
+        return total / sum(self.rows.values())
+
+
+def get_value(c: PerfConstants, key: tuple[str, ...]) -> float:
+    value = getattr(c, key[0])
+    for part in key[1:]:
+        value = value.get(part, {}) if isinstance(value, dict) else value
+    return float(value) if not isinstance(value, dict) else float("nan")
+
+
+def with_values(c: PerfConstants, values: dict) -> PerfConstants:
+    """Constants with ``values`` ({key tuple: number}) put in."""
+    changes: dict = {}
+    for key, value in values.items():
+        if len(key) == 1:
+            changes[key[0]] = float(value)
+            continue
+        table = changes.setdefault(key[0], _deep_copy(getattr(c, key[0])))
+        for part in key[1:-1]:
+            table = table.setdefault(part, {})
+        table[key[-1]] = float(value)
+    return dataclasses.replace(c, **changes)
+
+
+def _deep_copy(table: dict) -> dict:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in table.items()}
+
+
+def informed(runs, key: tuple[str, ...]) -> bool:
+    """Whether any of ``runs`` depends on the constant ``key``."""
+    name = key[0]
+    if name == "gemm_efficiency_max":
+        return any(r.cluster.gpu.generation == key[1] for r in runs)
+    if name == "fp8_gemm_speedup":
+        return any(r.workload.precision == "fp8" for r in runs)
+    if name == "layer_overhead_s":
+        return any(r.software.framework == key[1] for r in runs)
+    if name == "attention_efficiency":
+        return any(r.software.flash_attention and r.software.attention_kernel == key[1]
+                   and r.cluster.gpu.generation == key[2] for r in runs)
+    return bool(runs)
+
+
+def prior(c: PerfConstants, key: tuple[str, ...], fitted: dict) -> float:
+    """The value of a constant no row informs."""
+    name = key[0]
+    if name == "layer_overhead_s":
+        return 0.0
+    if name == "attention_efficiency":
+        return float(c.attention_efficiency["fused"][key[2]])
+    if name == "gemm_efficiency_max":
+        previous = ("gemm_efficiency_max", PREVIOUS_GENERATION.get(key[1], key[1]))
+        return float(fitted.get(previous, get_value(c, previous)))
+    return get_value(c, key)
+
+
+def loss(runs, constants: PerfConstants) -> float:
+    """Source-balanced mean squared log ratio of predicted to measured."""
+    from autoconfig.validation.scoring import evaluate_rows
+    per_source: dict[str, list[float]] = {}
+    for r in evaluate_rows(runs, constants):
+        per_source.setdefault(r.run.source_id, []).append(np.log(r.predicted / r.measured) ** 2)
+    return float(np.mean([np.mean(v) for v in per_source.values()]))
+
+
+def fit(runs, base: PerfConstants, iterations: int = 300) -> PerfConstants:
+    """Constants fitted on ``runs``: free constants the runs inform are fitted
+    from ``base``; the others take their prior."""
+    keys = [k for k in FREE if informed(runs, k)]
+    fixed = {}
+    for k in FREE:
+        if k not in keys:
+            fixed[k] = prior(base, k, {})
+    start = with_values(base, fixed)
+    scale = np.array([max(abs(get_value(start, k)), 1e-3) for k in keys])
+    x0 = np.array([get_value(start, k) for k in keys]) / scale
+
+    def objective(x):
+        values = x * scale
+        for k, v in zip(keys, values):
+            low, high = BOUNDS[k[0]]
+            if not low <= v <= high:
+                return 1e9
+        return loss(runs, with_values(start, dict(zip(keys, values))))
+
+    best, _ = nelder_mead(objective, x0, steps=np.full(len(keys), 0.1), iterations=iterations)
+    fitted = with_values(start, dict(zip(keys, best * scale)))
+    # A generation left without rows follows its predecessor's fitted value.
+    late = {k: prior(fitted, k, {}) for k in FREE if k not in keys and k[0] == "gemm_efficiency_max"}
+    return with_values(fitted, late)
+
+
+def nelder_mead(f, x0, steps, iterations=300, tol=1e-7):
+    """Plain Nelder-Mead simplex (reflection 1, expansion 2, contraction 0.5, shrink 0.5)."""
+    simplex = [np.array(x0, float)] + [np.array(x0, float) + np.eye(len(x0))[i] * steps[i]
+                                       for i in range(len(x0))]
+    values = [f(p) for p in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centroid + 2.0 * (centroid - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0] + 0.5 * (p - simplex[0]) for p in simplex]
+                values = [f(p) for p in simplex]
+    best = int(np.argmin(values))
+    return simplex[best], values[best]
+
+
+def cross_validate(runs, base: PerfConstants, iterations: int = 300) -> CrossValidation:
+    """Leave each source out, refit on the rest, predict it."""
+    from autoconfig.validation.scoring import evaluate_rows
+    sources = sorted({r.source_id for r in runs})
+    in_sample = {}
+    for r in evaluate_rows(runs, base):
+        in_sample.setdefault(r.run.source_id, []).append(r.abs_pct_error)
+    held_out, predictions = {}, {}
+    for source in sources:
+        train = [r for r in runs if r.source_id != source]
+        test = [r for r in runs if r.source_id == source]
+        constants = fit(train, base, iterations)
+        rows = evaluate_rows(test, constants)
+        held_out[source] = float(np.mean([r.abs_pct_error for r in rows]))
+        predictions.update({r.run.record_id: r.predicted_step_s for r in rows})
+    return CrossValidation(in_sample_pct={s: float(np.mean(v)) for s, v in in_sample.items()},
+                           held_out_pct=held_out,
+                           rows={s: len(v) for s, v in in_sample.items()},
+                           fitted_constants=len(FREE), held_out_predictions=predictions)
