@@ -7,8 +7,8 @@
 - only ``autoconfig/profiling/*worker*.py`` imports torch or megatron at
   module level (the CLI, search and reports start fast and install light);
 - no upward imports: infrastructure (errors, units, paths, yamlio, atomic,
-  heuristics) < core < base < training, inference < validation, reports
-  < profiling < cli; an import goes down, or sideways within its own package.
+  heuristics, any other top-level module) < core < base < training, inference
+  < validation, reports < profiling < sweep < cli; an import goes down, or sideways within its own package.
   (``launch`` and ``sweep`` live inside ``profiling``, which is one layer.)
 
 A known violation in a file this change may not edit is listed in KNOWN with
@@ -26,7 +26,9 @@ PACKAGE = ROOT / "autoconfig"
 
 INFRA = {"errors", "units", "paths", "yamlio", "atomic", "heuristics"}
 LAYERS = {"core": 1, "base": 2, "training": 3, "inference": 3, "validation": 4, "reports": 4,
-          "profiling": 5, "cli": 6}
+          "profiling": 5, "sweep": 6, "cli": 7}
+"""Packages by layer (``sweep``: runs of many searches and profiles, merged from main).
+A top-level single-file module is infrastructure (layer 0)."""
 HEAVY = ("torch", "megatron")
 
 
@@ -86,7 +88,8 @@ def _internal(module: str, top_level_only: bool) -> set[str]:
 def _layer(module: str) -> tuple[int, str]:
     """(layer, package) of a module."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in INFRA:
+    if len(parts) == 1 or parts[1] in INFRA or (len(parts) == 2 and module in FILES and
+                                                FILES[module].name != "__init__.py"):
         return (0, "") if module != "autoconfig.__main__" else (LAYERS["cli"], "cli")
     if parts[1] == "__main__":
         return LAYERS["cli"], "cli"

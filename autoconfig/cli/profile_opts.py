@@ -7,17 +7,12 @@ is ``autoconfig.profiling.sweep.run_profiling``.
 
 import click
 
-from autoconfig.errors import InputError
 from autoconfig.profiling import executors
-from autoconfig.profiling.launch import LaunchOptions
 from autoconfig.profiling.rank import OBJECTIVES
 from autoconfig.profiling.select import DEFAULT_TOP_K
 from autoconfig.profiling.spec import DEVICES
-from autoconfig.profiling.sweep import ProfileOptions
+from autoconfig.profiling.sweep import LAUNCH_FLAGS, SWEEP_FLAGS, ProfileOptions
 
-_SWEEP_KEYS = ("profile", "top_k", "max_steps", "warmup_steps", "dry_run", "resume",
-               "profile_objective")
-_LAUNCH_KEYS = ("device", "executor", "max_minutes", "max_parallel", "time_limit")
 
 
 def profile_options(func):
@@ -65,24 +60,7 @@ def profile_options(func):
 
 
 def pop_profile_options(kwargs: dict) -> ProfileOptions:
-    """Take the profiling flags out of a click command's kwargs: the sweep's
-    own, the shared launch options, and the chosen executor's options (built
-    by its ``Options.from_flags``; other executors' flags are ignored)."""
-    sweep = {k: kwargs.pop(k) for k in _SWEEP_KEYS if k in kwargs}
-    flags = {k: kwargs.pop(k) for k in _LAUNCH_KEYS if k in kwargs}
-    backend_flags = {flag: kwargs.pop(flag) for name in executors.names()
-                     for flag in executors.get(name).Options.FLAGS if flag in kwargs}
-    backend_flags = {k: v for k, v in backend_flags.items() if v is not None}
-    for name in ("max_minutes", "max_parallel", "time_limit"):
-        if flags.get(name) is not None and flags[name] < 1:
-            unit = " minute" if name == "time_limit" else ""
-            raise InputError(f"invalid --{name.replace('_', '-')} {flags[name]}: must be >= 1{unit}")
-    executor = executors.get(flags.get("executor", "local"))
-    wanted = {k: v for k, v in backend_flags.items() if k in executor.Options.FLAGS}
-    time_limit = flags.get("time_limit") or flags.get("max_minutes") or 10
-    launch = LaunchOptions(executor=executor.name, device=flags.get("device", "cuda"),
-                           time_limit_min=max(1, time_limit),
-                           max_parallel=max(1, flags.get("max_parallel") or 4),
-                           backend=executor.Options.from_flags(**wanted))
-    return ProfileOptions(launch=launch, **{k: v for k, v in sweep.items() if v is not None or
-                                            k == "resume"})
+    """Take the profiling flags out of a click command's kwargs."""
+    keys = set(SWEEP_FLAGS) | set(LAUNCH_FLAGS) | {
+        flag for name in executors.names() for flag in executors.get(name).Options.FLAGS}
+    return ProfileOptions.from_flags(**{k: kwargs.pop(k) for k in list(kwargs) if k in keys})

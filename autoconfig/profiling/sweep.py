@@ -33,6 +33,11 @@ INSTALL_HINT = ("pip install 'autoconfig[profile]' (CPU only: pip install torch=
                 "megatron-core==0.16.1)")
 
 
+SWEEP_FLAGS = ("profile", "top_k", "max_steps", "warmup_steps", "dry_run", "resume",
+               "profile_objective")
+LAUNCH_FLAGS = ("device", "executor", "max_minutes", "max_parallel", "time_limit")
+
+
 @dataclass(frozen=True)
 class ProfileOptions:
     """The ``--profile`` flags: what to profile, and ``launch``: where and how."""
@@ -54,6 +59,32 @@ class ProfileOptions:
                 raise InputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
         if self.warmup_steps < 0:
             raise InputError(f"invalid --warmup-steps {self.warmup_steps}: must be >= 0")
+
+    @classmethod
+    def from_flags(cls, **flags) -> "ProfileOptions":
+        """From flat flag values (the CLI's, a sweep file's): the sweep's own
+        (SWEEP_FLAGS), the shared launch options (LAUNCH_FLAGS) and the chosen
+        executor's (its ``Options.FLAGS``; other executors' are ignored)."""
+        sweep = {k: flags.pop(k) for k in SWEEP_FLAGS if k in flags}
+        shared = {k: flags.pop(k) for k in LAUNCH_FLAGS if k in flags}
+        for name in ("max_minutes", "max_parallel", "time_limit"):
+            if shared.get(name) is not None and shared[name] < 1:
+                unit = " minute" if name == "time_limit" else ""
+                raise InputError(f"invalid --{name.replace('_', '-')} {shared[name]}: "
+                                 f"must be >= 1{unit}")
+        executor = executors.get(shared.get("executor") or "local")
+        known = {f for name in executors.names() for f in executors.get(name).Options.FLAGS}
+        unknown = set(flags) - known
+        if unknown:
+            raise InputError(f"unknown profiling option(s) {', '.join(sorted(unknown))}")
+        backend = executor.Options.from_flags(**{k: v for k, v in flags.items()
+                                                 if v is not None and k in executor.Options.FLAGS})
+        launch = LaunchOptions(executor=executor.name, device=shared.get("device") or "cuda",
+                               time_limit_min=shared.get("time_limit") or shared.get("max_minutes")
+                               or 10, max_parallel=shared.get("max_parallel") or 4,
+                               backend=backend)
+        return cls(launch=launch, **{k: v for k, v in sweep.items() if v is not None or
+                                     k == "resume"})
 
     @property
     def device(self) -> str:
