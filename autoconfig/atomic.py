@@ -1,20 +1,39 @@
 """Atomic file writes: a temporary file in the same folder, flushed to disk,
-then ``os.replace``, so a reader or an interrupted run never sees half a file."""
+then ``os.replace``, so a reader or an interrupted run never sees half a file.
+
+The file gets the mode an ordinary ``open`` would give under the user's umask
+(``mkstemp`` creates 0600), plus the execute bits for scripts."""
 
 import os
 import tempfile
 from pathlib import Path
 
+SCRIPT_SUFFIXES = (".sh", ".sbatch")
+"""Files written with the execute bits (per umask): scripts meant to be run."""
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (creating the folder)."""
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: Path, text: str, executable: bool | None = None) -> Path:
+    """Write ``text`` to ``path`` atomically (creating the folder). The mode is
+    0666 & ~umask, or 0777 & ~umask when ``executable`` (default: a
+    ``.sh``/``.sbatch`` name)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if executable is None:
+        executable = path.suffix in SCRIPT_SUFFIXES
+    mode = (0o777 if executable else 0o666) & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="\n") as handle:
             handle.write(text)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -23,3 +23,11 @@ class InfeasibleError(AutoconfigError):
 
 class LaunchError(AutoconfigError):
     """A profiling job could not be submitted (no SLURM, bad partition...)."""
+
+
+class ProfilingError(AutoconfigError):
+    """Profiling ran but proved nothing (no plan succeeded): the message says why."""
+
+
+class BusyError(AutoconfigError):
+    """A results directory is held by another live sweep."""

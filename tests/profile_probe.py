@@ -9,7 +9,7 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Plan, Workload
-from autoconfig.profiling.sweep import RankedPlan, run_profiling
+from autoconfig.profiling.sweep import RankedPlan, check_options, run_profiling
 
 
 def probe_command(name: str, plan: Plan, gpus_per_node: int, global_batch_size: int):
@@ -18,6 +18,8 @@ def probe_command(name: str, plan: Plan, gpus_per_node: int, global_batch_size: 
     @click.option("-o", "out_dir")
     def command(out_dir, **kwargs):
         options = pop_profile_options(kwargs)
+        if options.profile:
+            check_options(options)   # as search does, before its search
         model = get_model("tiny")
         cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=gpus_per_node)
         run_profiling([RankedPlan(plan)], model,

@@ -174,16 +174,28 @@ def _has(name: str) -> bool:
         return False
 
 
-def test_vectorised_equals_per_row():
+def test_vectorised_rows_are_independent_of_their_neighbours():
+    """A plan's figures must not depend on the other rows of the table: the
+    table in one order equals the table reversed (row for row, read back by
+    plan), the plans really differ (a constant result would fail), and each
+    row holds its own tokens/s = tokens per step / step time / GPUs."""
     plans = [plan(), plan(vp=2), plan(tp=4, pp=16, dp=16, sp=False, recompute="full"),
              plan(tp=8, pp=1, dp=128, mbs=2, recompute="none", distributed_optimizer=True),
              plan(tp=2, pp=4, dp=64, cp=2, recompute="full", recompute_method="block",
                   recompute_num_layers=3)]
-    table = step_time(GPT3, WORKLOAD, PlanTable.from_plans(plans), CLUSTER)
-    for i, p in enumerate(plans):
-        row = one(p)
-        for name, value in row.items():
-            assert getattr(table, name)[i] == pytest.approx(value), (i, name)
+    forward = step_time(GPT3, WORKLOAD, PlanTable.from_plans(plans), CLUSTER)
+    backward = step_time(GPT3, WORKLOAD, PlanTable.from_plans(plans[::-1]), CLUSTER)
+    n = len(plans)
+    steps = [float(forward.step_time_s[i]) for i in range(n)]
+    assert len({round(s, 9) for s in steps}) == n, steps      # five layouts, five step times
+    for f in dataclasses.fields(forward):
+        ours, theirs = getattr(forward, f.name), getattr(backward, f.name)
+        for i in range(n):
+            assert ours[i] == pytest.approx(theirs[n - 1 - i]), (i, f.name)
+    tokens = WORKLOAD.global_batch_size * WORKLOAD.seq_len
+    for i in range(n):
+        assert forward.tokens_per_s_per_gpu[i] * CLUSTER.num_gpus * steps[i] == \
+            pytest.approx(tokens, rel=1e-9)
 
 
 def test_constants_loaded_with_sources_and_overridable():

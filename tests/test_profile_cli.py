@@ -58,7 +58,7 @@ def test_ranking_follows_measured_throughput(profiled_search):
 
 
 def test_cuda_on_a_machine_without_gpu_is_one_line_exit_2(tmp_path):
-    from autoconfig.profiling.sweep import local_gpu_visible
+    from autoconfig.profiling.executors.local import local_gpu_visible
     if local_gpu_visible():
         pytest.skip("this machine has a GPU")
     proc = subprocess.run(

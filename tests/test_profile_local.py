@@ -12,7 +12,9 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
+from probe_jobs import probe_job
 from profile_probe import probe_command
+from autoconfig.profiling.launch import LaunchOptions
 
 PLANS = [Plan(tp=1, pp=1, dp=2), Plan(tp=2, pp=1, dp=1, sp=True, recompute="full")]
 
@@ -26,8 +28,9 @@ def profiled(tmp_path_factory):
     cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=2)
     workload = Workload(global_batch_size=4, seq_len=model.seq_len)
     ranked = [RankedPlan(p, 0.01 * (i + 1), 1e5 / (i + 1), 1.0) for i, p in enumerate(PLANS)]
-    options = ProfileOptions(profile=True, device="cpu", executor="local", top_k=2, max_steps=1,
-                             warmup_steps=1, max_minutes=5, max_parallel=2)
+    options = ProfileOptions(profile=True, top_k=2, max_steps=1, warmup_steps=1,
+                             launch=LaunchOptions(executor="local", device="cpu", time_limit_min=5,
+                                                  max_parallel=2))
     lines = []
     results = run_profiling(ranked, model, workload, cluster, options, out,
                             echo=lambda text, err=False: lines.append(text))
@@ -107,7 +110,7 @@ def test_plan_needing_more_ranks_than_local_is_exit_2_and_store_untouched(tmp_pa
 def test_local_cuda_jobs_get_disjoint_gpus(tmp_path):
     """Side-by-side local jobs must not share GPUs (CUDA_VISIBLE_DEVICES via submitit)."""
     plans = [Plan(tp=2, pp=1, dp=1), Plan(tp=1, pp=2, dp=1), Plan(tp=1, pp=1, dp=2)]
-    items = [launch.JobItem(p, 2, launch.probe_job, ("sleep", 2.0)) for p in plans]
+    items = [launch.JobItem(p, 2, probe_job, ("sleep", 2.0)) for p in plans]
     opts = launch.LaunchOptions(executor="local", device="cuda", gpus_per_node=4,
                                 max_parallel=3, time_limit_min=2, poll_s=0.2)
     records = launch.launch(items, opts, tmp_path, progress=False)

@@ -25,7 +25,9 @@ from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
 from profile_probe import probe_command
-from autoconfig.profiling.launch import JobItem, LaunchOptions, probe_job
+from autoconfig.profiling.executors.slurm import SlurmOptions
+from autoconfig.profiling.launch import JobItem, LaunchOptions
+from probe_jobs import probe_job
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "slurm-localhost.sh"
@@ -114,7 +116,9 @@ SWEEP = textwrap.dedent("""
     import sys
     from pathlib import Path
     from autoconfig.core.plan import Plan
-    from autoconfig.profiling.launch import JobItem, LaunchOptions, launch, probe_job
+    sys.path.insert(0, sys.argv[2])
+    from autoconfig.profiling.launch import JobItem, LaunchOptions, launch
+    from probe_jobs import probe_job
     plans = [Plan(tp=1, pp=1, dp=1, mbs=m) for m in (1, 2, 4)]
     seconds = [0.0, 0.0, 300.0]
     items = [JobItem(p, 1, probe_job, ("sleep", s, 1.0 + i)) for i, (p, s) in
@@ -125,7 +129,7 @@ SWEEP = textwrap.dedent("""
 
 
 def test_interrupted_sweep_resumes_without_rerunning_finished_plans(slurm, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", SWEEP, str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP, str(tmp_path), str(ROOT / "tests")],
                             stderr=subprocess.DEVNULL, env=dict(os.environ))
     results = tmp_path / store.RESULTS_FILE
     deadline = time.time() + 90
@@ -159,8 +163,8 @@ def test_real_worker_profiles_a_plan_on_slurm(slurm, tmp_path):
     cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=2)
     workload = Workload(global_batch_size=4, seq_len=model.seq_len)
     plan = Plan(tp=2, pp=1, dp=1, sp=True, recompute="selective")
-    options = ProfileOptions(profile=True, device="cpu", executor="slurm", top_k=1, max_steps=1,
-                             warmup_steps=1, max_minutes=5)
+    options = ProfileOptions(profile=True, top_k=1, max_steps=1, warmup_steps=1,
+                             launch=LaunchOptions(executor="slurm", device="cpu", time_limit_min=5))
     lines = []
     out = run_profiling([RankedPlan(plan, 0.01, 1e5, 1.0)], model, workload, cluster, options,
                         tmp_path, echo=lambda text, err=False: lines.append(text))
@@ -178,9 +182,10 @@ def test_dry_run_prints_sbatch_scripts_without_submitting(tmp_path):
     workload = Workload(global_batch_size=16, seq_len=model.seq_len)
     plans = [RankedPlan(Plan(tp=4, pp=2, dp=1)), RankedPlan(Plan(tp=2, pp=2, dp=2)),
              RankedPlan(Plan(tp=2, pp=1, dp=2, sp=True))]
-    options = ProfileOptions(profile=True, device="cuda", executor="slurm", top_k=3,
-                             partition="gpu", account="proj", qos="high", time_limit=20,
-                             slurm_extra=("constraint=h100",), dry_run=True, max_parallel=2)
+    options = ProfileOptions(profile=True, top_k=3, dry_run=True, launch=LaunchOptions(
+        executor="slurm", device="cuda", time_limit_min=20, max_parallel=2,
+        backend=SlurmOptions(partition="gpu", account="proj", qos="high",
+                             extra=(("constraint", "h100"),))))
     lines = []
     assert run_profiling(plans, model, workload, cluster, options, tmp_path,
                          echo=lambda text, err=False: lines.append(text)) is None

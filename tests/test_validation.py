@@ -3,6 +3,7 @@
 import csv
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from autoconfig.validation.runs import load_runs, row_to_run
 from autoconfig.validation.scoring import (default_runs_path, evaluate_rows, rank_groups, spearman,
                                    validate)
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture(scope="module")
 def runs():
@@ -19,7 +22,8 @@ def runs():
 
 
 def test_shipped_rows_are_verbatim_copies_of_the_shared_data():
-    shared = "/work/shared/data/published_runs.csv"
+    # the shared data sits beside the repository (../shared), wherever it is checked out
+    shared = ROOT.parent / "shared" / "data" / "published_runs.csv"
     try:
         with open(shared, newline="") as handle:
             source = {row["record_id"]: row for row in csv.DictReader(handle)}

@@ -20,7 +20,7 @@ from autoconfig.core.model import ModelSpec  # noqa: E402
 from autoconfig.core.plan import Plan, Workload  # noqa: E402
 from autoconfig.profiling.proxy import cpu_proxy  # noqa: E402
 from autoconfig.profiling.spec import ProfileSpec  # noqa: E402
-from autoconfig.profiling.worker import run_local_processes  # noqa: E402
+from local_ranks import run_local_processes  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,10 @@ import sys
 import click
 
 from autoconfig import __version__
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, ProfilingError
 
 EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: one-line errors with exit status 2, never a traceback."""
     try:
         code = cli.main(args=argv, prog_name="autoconfig", standalone_mode=False)
+    except ProfilingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
     except AutoconfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -46,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        # one line: click lists choices on lines of their own
+        click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.Abort:
         click.echo("error: interrupted", err=True)

@@ -4,14 +4,20 @@ import click
 from tabulate import tabulate
 
 from autoconfig.core import catalog as cat
+from autoconfig.errors import InputError
 from autoconfig.core.model import total_params
 from autoconfig.units import format_count
 
+KINDS = ("gpus", "models")
+
 
 @click.command()
-@click.argument("kind", type=click.Choice(["gpus", "models"]))
-def catalog(kind: str) -> None:
+@click.argument("kind", metavar="gpus|models", required=False)
+def catalog(kind: str | None) -> None:
     """List the GPUs or models autoconfig knows (configs/)."""
+    if kind not in KINDS:
+        what = "missing catalog kind" if kind is None else f"invalid catalog kind {kind!r}"
+        raise InputError(f"{what}: use `autoconfig catalog {'|'.join(KINDS)}`")
     if kind == "gpus":
         rows = [(g.name, ", ".join(g.aliases), g.peak_bf16_tflops, g.peak_fp8_tflops or "-",
                  g.hbm_capacity_gb, g.hbm_bandwidth_gb_per_s, g.nvlink_bandwidth_gb_per_s,

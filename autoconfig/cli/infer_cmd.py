@@ -16,6 +16,8 @@ from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
+from autoconfig.profiling import executors
+from autoconfig.profiling.spec import DEVICES
 from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
 
 DEFAULT_TOP = 10
@@ -64,9 +66,9 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--profile", is_flag=True,
               help="Prove it: run megatron-core static inference for the top layouts and rank "
                    "them by measured latency.")
-@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+@click.option("--device", type=click.Choice(DEVICES), default="cuda", show_default=True,
               help="cpu runs a scaled-down proxy of the model (not GPU figures).")
-@click.option("--executor", type=click.Choice(["local", "slurm"]), default="local",
+@click.option("--executor", type=click.Choice(executors.names()), default="local",
               show_default=True)
 @click.option("--top-k", type=int, default=3, show_default=True, help="Layouts to profile.")
 @click.option("--max-minutes", type=int, default=10, show_default=True,

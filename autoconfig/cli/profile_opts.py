@@ -7,14 +7,12 @@ is ``autoconfig.profiling.sweep.run_profiling``.
 
 import click
 
-from autoconfig.profiling import launch
+from autoconfig.profiling import executors
 from autoconfig.profiling.rank import OBJECTIVES
 from autoconfig.profiling.select import DEFAULT_TOP_K
-from autoconfig.profiling.sweep import ProfileOptions
+from autoconfig.profiling.spec import DEVICES
+from autoconfig.profiling.sweep import LAUNCH_FLAGS, SWEEP_FLAGS, ProfileOptions
 
-_KEYS = ("profile", "device", "executor", "top_k", "max_steps", "warmup_steps", "max_minutes",
-         "max_parallel", "partition", "account", "qos", "time_limit", "slurm_extra", "dry_run",
-         "resume", "profile_objective")
 
 
 def profile_options(func):
@@ -24,11 +22,11 @@ def profile_options(func):
         click.option("--profile/--no-profile", default=False, show_default=True,
                      help="Prove the prediction: run short real megatron-core jobs for the "
                           "top plans and rank them by what they measured."),
-        click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda",
+        click.option("--device", type=click.Choice(DEVICES), default="cuda",
                      show_default=True,
                      help="cpu runs a scaled-down proxy of the model on CPU (gloo): it proves "
                           "plans run and ranks them, but its figures are not GPU figures."),
-        click.option("--executor", type=click.Choice(launch.EXECUTORS), default="local",
+        click.option("--executor", type=click.Choice(executors.names()), default="local",
                      show_default=True, help="Where jobs run: local processes or SLURM."),
         click.option("--top-k", type=int, default=DEFAULT_TOP_K, show_default=True,
                      help="Plans to profile: the predicted best plus diverse layouts."),
@@ -63,11 +61,6 @@ def profile_options(func):
 
 def pop_profile_options(kwargs: dict) -> ProfileOptions:
     """Take the profiling flags out of a click command's kwargs."""
-    values = {k: kwargs.pop(k) for k in _KEYS if k in kwargs}
-    if "slurm_extra" in values:
-        values["slurm_extra"] = tuple(values["slurm_extra"] or ())
-    values = {k: v for k, v in values.items() if v is not None or k in ("partition", "account",
-                                                                         "qos", "time_limit", "resume")}
-    return ProfileOptions(**values)
-
-
+    keys = set(SWEEP_FLAGS) | set(LAUNCH_FLAGS) | {
+        flag for name in executors.names() for flag in executors.get(name).Options.FLAGS}
+    return ProfileOptions.from_flags(**{k: kwargs.pop(k) for k in list(kwargs) if k in keys})

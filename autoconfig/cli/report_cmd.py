@@ -20,13 +20,21 @@ def report(results_dir: str, objective: str | None) -> None:
     from autoconfig.profiling.report import write_report
 
     path = Path(results_dir)
-    if not (path / store.PLANS_FILE).exists() and (path / "profile" / store.PLANS_FILE).exists():
-        path = path / "profile"  # the search output folder holding profile/
+    if not _is_store(path) and _is_store(path / store.PROFILE_SUBDIR):
+        path = path / store.PROFILE_SUBDIR   # the search output folder holding profile/
     if not path.is_dir():
         raise InputError(f"invalid results directory {results_dir!r}: it does not exist")
-    if not (path / store.PLANS_FILE).exists() and not (path / store.RESULTS_FILE).exists():
-        raise InputError(f"invalid results directory {results_dir!r}: no {store.PLANS_FILE} or "
-                         f"{store.RESULTS_FILE} in it (give the folder a --profile run wrote)")
+    if not _is_store(path):
+        raise InputError(f"invalid results directory {results_dir!r}: expected the folder a "
+                         f"--profile run wrote ({store.RESULTS_FILE}, or {store.PLANS_FILE} with "
+                         f"{store.META_FILE}), e.g. OUT/{store.PROFILE_SUBDIR}")
     csv_path, md_path, _ = write_report(path, objective)
     click.echo(md_path.read_text())
     click.echo(f"wrote {md_path} and {csv_path}")
+
+
+def _is_store(path: Path) -> bool:
+    """A profiling results folder: records, or a --profile run's plan table and
+    metadata (a search's own plans.csv alone is not one)."""
+    return (path / store.RESULTS_FILE).is_file() or (
+        (path / store.PLANS_FILE).is_file() and (path / store.META_FILE).is_file())

@@ -29,7 +29,7 @@ from autoconfig.errors import InputError
 from autoconfig.inference.plan import InferencePlan, InferenceWorkload
 from autoconfig.inference.search import InferenceSearchResult
 from autoconfig.inference.worker import InferenceProfileSpec, inference_job
-from autoconfig.profiling import launch, store
+from autoconfig.profiling import executors, launch, store
 
 PROFILE_SUBDIR = "profile"
 REPORT_CSV = "infer_profile.csv"
@@ -121,15 +121,14 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
         executor=options.executor, device=options.device,
         gpus_per_node=CPU_MAX_RANKS if cpu and options.executor == "local"
         else cluster.gpus_per_node, nodes=cluster.nodes, time_limit_min=options.max_minutes,
-        max_parallel=options.max_parallel, partition=options.partition,
-        account=options.account, job_name="autoconfig-infer")
+        max_parallel=options.max_parallel, job_name="autoconfig-infer",
+        backend=_backend_options(options))
     items = [launch.JobItem(plan=s.launch_plan(), world_size=s.world_size, fn=inference_job,
                             args=(s.to_json(),)) for s in specs]
     results_dir = Path(out_dir) / PROFILE_SUBDIR
     if options.dry_run:
-        if options.executor == "slurm":
-            for script in launch.render_sbatch(items, lopts, results_dir / "jobs"):
-                echo(script)
+        for script in executors.create(lopts).scripts(items, results_dir / "jobs"):
+            echo(script)
         for spec in specs:
             echo(f"# {options.executor}: {spec.plan.label()} on {spec.world_size} rank(s), "
                  f"model {spec.model.name}, input {spec.workload.input_len_tokens}, "
@@ -157,6 +156,14 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
                                                         lineterminator="\n"))
     write_atomic(results_dir / REPORT_MD, render(table, options.device) + "\n")
     return table
+
+
+def _backend_options(options: InferProfileOptions):
+    """The chosen executor's own options from the flags it takes (--partition, --account)."""
+    executor = executors.get(options.executor)
+    flags = {"partition": options.partition, "account": options.account}
+    return executor.Options.from_flags(**{k: v for k, v in flags.items()
+                                          if v is not None and k in executor.Options.FLAGS})
 
 
 def combine(chosen: pd.DataFrame, specs, records: list[dict]) -> pd.DataFrame:

@@ -1,210 +1,36 @@
-"""Launch profiling jobs through submitit, on SLURM or as local processes.
+"""Launch profiling jobs through an executor (``autoconfig.profiling.executors``).
 
-One job per plan. On SLURM, plans that need the same resources go into one job
-array; a job has nodes = ceil(GPUs / GPUs per node) and one task per GPU. Each
-job's outcome becomes one record in the results store as soon as it is known,
-so an interrupted sweep loses nothing that finished.
+One job per plan. Each job's outcome becomes one record in the results store
+as soon as it is known, so an interrupted sweep loses nothing that finished.
+This module never asks which executor it has: capacity, preflight,
+submission, state, cancel and the state -> status mapping are the executor's.
 
-submitit facts relied on (submitit 1.5.4 source, submitit/slurm/slurm.py,
-submitit/core/core.py, submitit/local/local.py; ../shared/notes/slurm-on-localhost.md):
-- ``SlurmExecutor.update_parameters`` takes sbatch names (``time`` in minutes,
-  ``ntasks_per_node``, ``gpus_per_node``, ``additional_parameters``,
-  ``array_parallelism``, ``signal_delay_s``); submissions made inside
-  ``executor.batch()`` become one ``sbatch --array`` job.
-- ``submitit.slurm.slurm._make_sbatch_string(command, folder, map_count, **params)``
-  renders the sbatch script the executor would write: used by ``--dry-run``.
-- ``SlurmExecutor(...)`` raises RuntimeError when ``srun`` is not on the PATH;
-  a failing ``sbatch`` raises ``FailedJobError`` carrying sbatch's message.
-- A multi-task job runs the function in every task; each task pickles
-  ``("success", value)`` or ``("error", traceback)`` to its own
-  ``job.task(k).paths.result_pickle`` (submitit/core/submission.py). A job
-  killed from outside (scancel, hard TIMEOUT, NODE_FAIL, OOM kill) leaves no
-  pickle, only its sacct state, which ``job.done(force_check=True)`` refreshes
-  for every job in one sacct call (SlurmInfoWatcher).
-- ``Job.result()`` of a LocalJob waits for the whole controller (all tasks), so
-  we read task pickles directly with ``submitit.core.utils.pickle_load``.
-- SLURM sends USR2 ``signal_delay_s`` before the time limit; submitit's handler
-  then raises "timed-out and not checkpointable" in task 0 (for limits under
-  ~50 min any USR2 counts as a time-out: SignalHandler.has_timed_out), which
-  we record as ``timeout``. A delay >= the limit signals at the first 30 s
-  check, possibly before Python has installed the handler: USR2's default
-  action then kills the task (seen here), so our default delay is a quarter
-  of the limit, at most 90 s. SLURM sends SIGCONT with USR2; see
-  ``_watch_time_limit`` for why we reset SIGCONT.
-- ``LocalExecutor`` accepts ``tasks_per_node``, ``timeout_min``,
-  ``signal_delay_s`` and ``visible_gpus`` (-> CUDA_VISIBLE_DEVICES); its
-  controller waits for every task and is ``INTERRUPTED`` when signalled.
+A job function returns its record: a dict of outcome fields (``status`` first
+of all; ``store.result_record`` of a ProfileResult for the training worker,
+the inference worker's own fields for inference), or None on ranks other than
+0; the first rank that reports decides the record, keyed by the job's plan. SLURM sends USR2
+``signal_delay_s`` before the time limit; submitit's handler then raises
+"timed-out and not checkpointable" in task 0 (for limits under ~50 min any
+USR2 counts as a time-out: SignalHandler.has_timed_out), which we record as
+``timeout``. SLURM sends SIGCONT with USR2; see ``_watch_time_limit`` for why
+we reset SIGCONT.
 """
 
 import dataclasses
-import math
-import os
-import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from contextlib import suppress as _suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from autoconfig.errors import InputError, LaunchError
-from autoconfig.core.plan import PLAN_FIELDS, Plan
-from autoconfig.profiling import store
+from autoconfig.core.plan import PLAN_FIELDS
+from autoconfig.errors import LaunchError
+from autoconfig.profiling import executors, store
+from autoconfig.profiling.executors.base import Executor, JobItem, LaunchOptions, Run
 
-EXECUTORS = ("local", "slurm")
-DEVICES = ("cpu", "cuda")
-
-_SLURM_STATUS = {
-    "CANCELLED": "cancelled",
-    "NODE_FAIL": "node_fail",
-    "TIMEOUT": "timeout",
-    "DEADLINE": "timeout",
-    "OUT_OF_MEMORY": "oom",
-    "PREEMPTED": "cancelled",
-    "INTERRUPTED": "cancelled",   # LocalExecutor: the process got a signal
-}
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """How and where jobs run (the ``--executor`` family of flags)."""
-
-    executor: str = "local"
-    device: str = "cpu"
-    gpus_per_node: int = 1
-    """Ranks per node: GPUs per node on cuda; on cpu, processes per node."""
-    nodes: int = 1
-    """Nodes available to one job (local: always 1)."""
-    time_limit_min: int = 10
-    max_parallel: int = 4
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    slurm_extra: tuple[tuple[str, str], ...] = ()
-    job_name: str = "autoconfig-profile"
-    signal_delay_s: int | None = None
-    """Seconds before the limit that SLURM warns the job; default a quarter of it (<= 90)."""
-    cpus_per_task: int | None = None
-    poll_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise InputError(f"invalid executor {self.executor!r}: allowed are {', '.join(EXECUTORS)}")
-        if self.device not in DEVICES:
-            raise InputError(f"invalid device {self.device!r}: allowed are {', '.join(DEVICES)}")
-        for name in ("gpus_per_node", "nodes", "time_limit_min", "max_parallel"):
-            if getattr(self, name) < 1:
-                raise InputError(f"invalid {name.replace('_', ' ')} {getattr(self, name)}: must be >= 1")
-
-
-@dataclass(frozen=True)
-class JobItem:
-    """One plan to run: the function and its arguments (picklable, importable)."""
-
-    plan: Plan
-    world_size: int
-    fn: Callable
-    args: tuple
-
-
-def parse_slurm_extra(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``KEY=VALUE`` strings (sbatch long options without dashes) to pairs."""
-    pairs = []
-    for value in values:
-        key, sep, val = value.partition("=")
-        key = key.strip().lstrip("-")
-        if not sep or not key:
-            raise InputError(f"invalid --slurm-extra {value!r}: use KEY=VALUE, e.g. constraint=h100")
-        pairs.append((key, val))
-    return tuple(pairs)
-
-
-def check_capacity(plans: Sequence[Plan], options: LaunchOptions) -> None:
-    """LaunchError when a plan needs more ranks than the executor can give."""
-    capacity = options.gpus_per_node * (options.nodes if options.executor == "slurm" else 1)
-    where = (f"{options.nodes} node(s) x {options.gpus_per_node} GPUs" if options.executor == "slurm"
-             else f"the local machine's {options.gpus_per_node} ranks (--gpus-per-node)")
-    for plan in plans:
-        per_node = min(options.gpus_per_node, plan.num_gpus)
-        if plan.num_gpus % per_node:
-            raise LaunchError(
-                f"plan tp={plan.tp} pp={plan.pp} cp={plan.cp} dp={plan.dp} needs {plan.num_gpus} "
-                f"GPUs, not a whole number of nodes of {options.gpus_per_node}: profile plans "
-                f"that fill whole nodes")
-        if plan.num_gpus > capacity:
-            raise LaunchError(
-                f"plan tp={plan.tp} pp={plan.pp} cp={plan.cp} dp={plan.dp} needs {plan.num_gpus} GPUs "
-                f"but the {options.executor} executor has {capacity} ({where}): use fewer GPUs or "
-                f"{'more --nodes' if options.executor == 'slurm' else '--executor slurm'}")
-
-
-def job_shape(world_size: int, options: LaunchOptions) -> tuple[int, int]:
-    """(nodes, tasks per node): one task per GPU, whole nodes."""
-    per_node = min(options.gpus_per_node, world_size)
-    return math.ceil(world_size / per_node), per_node
-
-
-def slurm_parameters(world_size: int, options: LaunchOptions) -> dict:
-    """sbatch parameters (submitit SlurmExecutor names) for a job of ``world_size`` ranks."""
-    nodes, per_node = job_shape(world_size, options)
-    delay = options.signal_delay_s
-    if delay is None:
-        delay = min(90, max(10, options.time_limit_min * 60 // 4))
-    params = {
-        "job_name": options.job_name,
-        "time": options.time_limit_min,
-        "nodes": nodes,
-        "ntasks_per_node": per_node,
-        "signal_delay_s": delay,
-        "array_parallelism": options.max_parallel,
-    }
-    if options.device == "cuda":
-        params["gpus_per_node"] = per_node
-    if options.cpus_per_task:
-        params["cpus_per_task"] = options.cpus_per_task
-    for name in ("partition", "account", "qos"):
-        if getattr(options, name):
-            params[name] = getattr(options, name)
-    if options.slurm_extra:
-        params["additional_parameters"] = dict(options.slurm_extra)
-    return params
-
-
-def render_sbatch(items: Sequence[JobItem], options: LaunchOptions, folder: Path) -> list[str]:
-    """The sbatch scripts a SLURM launch would submit (one per resource group)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    # the same command line SlurmExecutor._submitit_command_str builds
-    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit",
-                        shlex.quote(str(Path(folder).absolute()))])
-    scripts = []
-    for world_size, group in group_by_shape(items).items():
-        params = slurm_parameters(world_size, options)
-        map_count = len(group) if len(group) > 1 else None
-        scripts.append(_make_sbatch_string(command=command, folder=folder, map_count=map_count, **params))
-    return scripts
-
-
-def preflight_slurm(options: LaunchOptions) -> None:
-    """LaunchError (one line) when SLURM cannot take jobs: no sbatch/srun, or
-    ``sbatch --test-only`` rejects the partition/account/qos."""
-    for tool in ("sbatch", "srun", "sacct"):
-        if shutil.which(tool) is None:
-            raise LaunchError(f"SLURM is unreachable: {tool!r} not found on PATH; use --executor local "
-                              "or run on a SLURM login node (scripts/slurm-localhost.sh up for a local one)")
-    cmd = ["sbatch", "--test-only", "--time", str(options.time_limit_min), "--wrap", "true"]
-    for name in ("partition", "account", "qos"):
-        if getattr(options, name):
-            cmd += [f"--{name}", getattr(options, name)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LaunchError(f"SLURM is unreachable: sbatch failed: {exc}") from None
-    if proc.returncode != 0:
-        raise LaunchError(f"SLURM rejected the job: {_first_line(proc.stderr or proc.stdout)}")
+__all__ = ["JobItem", "LaunchOptions", "launch", "profile_job"]
 
 
 def launch(items: Sequence[JobItem], options: LaunchOptions, out_dir: Path,
@@ -212,146 +38,59 @@ def launch(items: Sequence[JobItem], options: LaunchOptions, out_dir: Path,
            on_submitted: Callable[[], None] | None = None) -> list[dict]:
     """Run every item, appending one record per plan to ``out_dir`` as it ends.
 
-    ``on_submitted`` runs once the jobs are accepted (before any record): the
-    caller writes the plan table there, so a refused submission leaves the
-    results directory untouched. Returns the records written. One job's
-    failure never stops the others.
+    Checks the executor's capacity and preflight first (once). ``on_submitted``
+    runs once the jobs are accepted (before any record): the caller writes the
+    plan table there, so a refused submission leaves the results directory
+    untouched. Returns the records written. One job's failure never stops the
+    others.
     """
     items = list(items)
-    check_capacity([i.plan for i in items], options)
+    executor = executors.create(options)
+    executor.check_capacity([i.plan for i in items])
     if not items:
         if on_submitted is not None:
             on_submitted()
         return []
-    if options.executor == "slurm":
-        preflight_slurm(options)
+    executor.preflight()
     folder = Path(out_dir) / "jobs"
     created = not folder.exists()
+    running = [Run(item) for item in items]
     try:
-        running = _submit(items, options, folder)
+        executor.submit(running, folder)
     except LaunchError:
         if created:
             shutil.rmtree(folder, ignore_errors=True)
         raise
     if on_submitted is not None:
         on_submitted()
-    return _collect(running, options, Path(out_dir), extra_record or {}, progress)
-
-
-# ---------------------------------------------------------------- submission
-
-
-@dataclass
-class _Run:
-    """A plan's job while the sweep runs (job None: not started yet, local)."""
-
-    item: JobItem
-    job: object = None
-    reported_at: float | None = None
-    gpus: tuple[int, ...] = ()
-
-
-def group_by_shape(items: Sequence[JobItem]) -> dict[int, list[JobItem]]:
-    """Items by world size: each group is one SLURM job array (same resources)."""
-    groups: dict[int, list[JobItem]] = {}
-    for item in items:
-        groups.setdefault(item.world_size, []).append(item)
-    return groups
-
-
-def _submit(items, options, folder):
-    """Submit on SLURM (one array per resource shape); local jobs start later."""
-    if options.executor == "local":
-        return [_Run(item) for item in items]
-    import submitit
-
-    running = []
-    for world_size, group in group_by_shape(items).items():
-        try:
-            executor = submitit.SlurmExecutor(folder=folder)
-            executor.update_parameters(**slurm_parameters(world_size, options))
-            with executor.batch():
-                jobs = [executor.submit(item.fn, *item.args) for item in group]
-        except Exception as exc:  # noqa: BLE001 - sbatch's message, one line
-            for run in running:
-                _cancel(run.job)
-            raise LaunchError(f"SLURM submission failed: {_first_line(str(exc), skip='Command')}") from None
-        running += [_Run(item, job) for item, job in zip(group, jobs)]
-    return running
-
-
-def _submit_local(item: JobItem, options: LaunchOptions, folder: Path, gpus: tuple[int, ...]):
-    import submitit
-
-    executor = submitit.LocalExecutor(folder=folder)
-    delay = options.signal_delay_s if options.signal_delay_s is not None else min(
-        30, max(5, options.time_limit_min * 60 // 4))
-    executor.update_parameters(timeout_min=options.time_limit_min, tasks_per_node=item.world_size,
-                               nodes=1, signal_delay_s=delay, gpus_per_node=len(gpus),
-                               visible_gpus=gpus)
-    return executor.submit(item.fn, *item.args)
-
-
-def _cancel(job) -> None:
-    """scancel a SLURM job; for a local job kill its task processes, so the
-    submitit controller exits on its own (cancelling it with SIGINT makes it
-    print a KeyboardInterrupt traceback on our stderr)."""
-    process = getattr(job, "_process", None)
-    if process is not None and process.poll() is None:
-        children = _child_pids(process.pid)
-        for pid in children:
-            with _suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        if children:
-            return
-    try:
-        job.cancel(check=False)
-    except Exception:  # noqa: BLE001 - best effort on the way out
-        pass
-
-
-def _child_pids(pid: int) -> list[int]:
-    """Direct children of ``pid`` (Linux /proc; empty elsewhere)."""
-    children = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        with _suppress(OSError, ValueError, IndexError):
-            # field 4 is the parent pid; the name (field 2) may hold spaces, so split after ')'
-            if int(entry.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                children.append(int(entry.parent.name))
-    return children
+    return _collect(executor, running, Path(out_dir), extra_record or {}, progress)
 
 
 # ---------------------------------------------------------------- collection
 
 
-def _collect(running: list[_Run], options, out_dir, extra, show_progress) -> list[dict]:
+def _collect(executor: Executor, running: list[Run], out_dir, extra, show_progress) -> list[dict]:
     records = []
     failed = 0
     folder = out_dir / "jobs"
     last_line = ""
-    # Local cuda jobs get disjoint GPUs (CUDA_VISIBLE_DEVICES through submitit).
-    free_gpus = list(range(options.gpus_per_node)) if options.device == "cuda" else []
     try:
         while True:
-            if options.executor == "local":
-                _start_local(running, options, folder, free_gpus)
-            unfinished = [run for run in running if run.job is not None]
-            if unfinished and options.executor == "slurm":
-                # one sacct call refreshes the shared watcher for every job
-                unfinished[0].job.done(force_check=True)
-            for run in unfinished:
-                if not _job_done(run):
+            executor.start(running, folder)
+            executor.refresh(running)
+            for run in [run for run in running if run.job is not None]:
+                if not _job_done(executor, run):
                     continue
                 try:
-                    record = _outcome_record(run.item, run.job, options)
+                    record = _outcome_record(executor, run)
                 except Exception as exc:  # noqa: BLE001 - one odd job never ends the sweep
-                    record = _failure_record(run.item, options, "error",
-                                             f"could not read the outcome: {exc!r}", run.job)
+                    record = _failure_record(executor, run, "error",
+                                             f"could not read the outcome: {exc!r}")
                 record.update(extra)
                 store.append_record(out_dir, record)
                 records.append(record)
                 failed += record["status"] != "ok"
-                free_gpus += run.gpus
+                executor.release(run)
                 running.remove(run)
             queued = sum(1 for run in running if run.job is None)
             line = (f"[profile] {len(records)} done ({failed} failed), "
@@ -364,14 +103,13 @@ def _collect(running: list[_Run], options, out_dir, extra, show_progress) -> lis
                 last_line = line
             if not running:
                 break
-            time.sleep(options.poll_s)
+            time.sleep(executor.options.poll_s)
     except KeyboardInterrupt:
         # Interrupted sweep: stop what runs; plans without a final record run on --resume.
         for run in running:
             if run.job is not None:
-                _cancel(run.job)
-                record = _failure_record(run.item, options, "cancelled", "sweep interrupted",
-                                         run.job)
+                executor.cancel(run.job)
+                record = _failure_record(executor, run, "cancelled", "sweep interrupted")
                 record.update(extra)
                 store.append_record(out_dir, record)
                 records.append(record)
@@ -383,98 +121,44 @@ def _collect(running: list[_Run], options, out_dir, extra, show_progress) -> lis
     return records
 
 
-def _start_local(running: list[_Run], options, folder: Path, free_gpus: list[int]) -> None:
-    """Start queued local jobs while under --max-parallel (and GPUs are free)."""
-    active = sum(1 for run in running if run.job is not None)
-    for run in running:
-        if run.job is not None or active >= options.max_parallel:
-            continue
-        if options.device == "cuda":
-            if len(free_gpus) < run.item.world_size:
-                continue
-            run.gpus = tuple(free_gpus[:run.item.world_size])
-            del free_gpus[:run.item.world_size]
-        run.job = _submit_local(run.item, options, folder, run.gpus)
-        active += 1
-
-
-def _outcome_record(item: JobItem, job, options: LaunchOptions) -> dict:
-    """Map a finished submitit job to a store record (never raises)."""
-    reported = _reported(job)
+def _outcome_record(executor: Executor, run: Run) -> dict:
+    """Map a finished job to a store record."""
+    reported = executor.outcome(run.job)
     if reported is None:
-        state = _state(job)
-        status = _SLURM_STATUS.get(state.split()[0], "error")
-        return _failure_record(item, options, status, f"job {job.job_id} ended {state} "
-                               f"without a result{_stderr_tail(job)}", job)
+        state = executor.state(run.job)
+        tail = executor.log_tail(run.job)
+        return _failure_record(executor, run, executor.status_of(state),
+                               f"job {executor.job_id(run.job)} ended {state} without a result"
+                               + (f": {tail}" if tail else ""))
     outcome, value = reported
     if outcome != "success":
         text = _tail(str(value))
         status = "timeout" if ("timed-out" in text or "TIMEOUT" in text) else "error"
-        return _failure_record(item, options, status, text, job)
+        return _failure_record(executor, run, status, text)
     if value is None:
-        return _failure_record(item, options, "error", "no rank returned a result", job)
-    if isinstance(value, dict):
-        record = {name: getattr(item.plan, name) for name in PLAN_FIELDS}
-        record.update({k: v for k, v in value.items() if k not in PLAN_FIELDS})
-    else:
-        record = store.result_record(value)
-        record.update({name: getattr(item.plan, name) for name in PLAN_FIELDS})
+        return _failure_record(executor, run, "error", "no rank returned a result")
+    if not isinstance(value, dict):
+        return _failure_record(executor, run, "error", f"the job returned a "
+                               f"{type(value).__name__}, not a record (a dict of outcome fields)")
+    record = {name: getattr(run.item.plan, name) for name in PLAN_FIELDS}
+    record.update({k: v for k, v in value.items() if k not in PLAN_FIELDS})
     record.setdefault("status", "ok")
-    record.update(_job_fields(job, options, item))
+    record.update(_job_fields(executor, run))
     return record
 
 
-def _task_outcome(job, task: int):
-    """(outcome, value) from a task's result pickle, or None if not written yet.
-
-    Read directly (submitit.core.utils.pickle_load) because ``Job.result()`` of
-    a LocalJob waits for every task of the job to exit."""
-    from submitit.core.utils import pickle_load
-
-    path = job.task(task).paths.result_pickle
-    if not path.exists():
-        return None
-    try:
-        return tuple(pickle_load(path))
-    except Exception as exc:  # noqa: BLE001 - half-written or unreadable
-        return ("error", f"unreadable result of task {task}: {type(exc).__name__}: {exc}")
-
-
-def _reported(job):
-    """Rank 0's outcome, else the first other rank that reported a failure."""
-    first = _task_outcome(job, 0)
-    if first is not None:
-        return first
-    for task in range(1, job.num_tasks):
-        outcome = _task_outcome(job, task)
-        if outcome is None:
-            continue
-        kind, value = outcome
-        if kind != "success" or (value is not None and getattr(value, "status", "ok") != "ok"):
-            return outcome
-    return None
-
-
-def _stderr_tail(job) -> str:
-    try:
-        text = job.task(0).stderr() or ""
-    except Exception:  # noqa: BLE001
-        return ""
-    tail = _tail(text, 3)
-    return f": {tail}" if tail else ""
-
-
-def _failure_record(item: JobItem, options: LaunchOptions, status: str, error: str, job=None) -> dict:
-    record = {name: getattr(item.plan, name) for name in PLAN_FIELDS}
-    record.update(status=status, device=options.device, world_size=item.world_size,
+def _failure_record(executor: Executor, run: Run, status: str, error: str) -> dict:
+    record = {name: getattr(run.item.plan, name) for name in PLAN_FIELDS}
+    record.update(status=status, device=executor.options.device, world_size=run.item.world_size,
                   step_time_s=None, tokens_per_s_per_gpu=None, model_tflops_per_gpu=None,
                   peak_memory_bytes=None, iteration_times_s=[], losses=[], error=error)
-    record.update(_job_fields(job, options, item))
+    record.update(_job_fields(executor, run))
     return record
 
 
-def _job_fields(job, options, item) -> dict:
-    return {"executor": options.executor, "job_id": getattr(job, "job_id", None),
+def _job_fields(executor: Executor, run: Run) -> dict:
+    return {"executor": executor.name,
+            "job_id": executor.job_id(run.job) if run.job is not None else None,
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -484,43 +168,28 @@ RANKS_GRACE_FAILED_S = 5.0
 """...and after a failure, when they may hang in a collective."""
 
 
-def _job_done(run: _Run) -> bool:
+def _job_done(executor: Executor, run: Run) -> bool:
     """Done when the whole job has ended, or a rank has reported (rank 0's
     result, or another rank's failure) and the other ranks had a grace period
     to exit; then they are cancelled."""
     job = run.job
-    reported = _reported(job)
+    reported = executor.outcome(job)
     if reported is None:
-        return job.done()
+        return executor.finished(job)
     if run.reported_at is None:
         run.reported_at = time.monotonic()
-    if job.done():
+    if executor.finished(job):
         return True
     kind, value = reported
-    ok = kind == "success" and value is not None and getattr(value, "status", "ok") == "ok"
+    ok = kind == "success" and isinstance(value, dict) and value.get("status", "ok") == "ok"
     if time.monotonic() - run.reported_at < (RANKS_GRACE_OK_S if ok else RANKS_GRACE_FAILED_S):
         return False
-    _cancel(job)
+    executor.cancel(job)
     return True
-
-
-def _state(job) -> str:
-    try:
-        return str(job.state or "UNKNOWN").upper()
-    except Exception:  # noqa: BLE001
-        return "UNKNOWN"
 
 
 def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _first_line(text: str, skip: str = "") -> str:
-    for line in str(text).splitlines():
-        line = line.strip()
-        if line and not (skip and line.startswith(skip)) and not line.startswith("-"):
-            return line
-    return str(text).strip()[:200]
 
 
 # ---------------------------------------------------------------- job functions
@@ -540,9 +209,11 @@ def profile_job(spec_json: str):
     spec = dataclasses.replace(spec, **_rendezvous(spec))
     warned = _watch_time_limit()
     result = run_task(spec)
-    if result is not None and warned["hit"] and getattr(result, "status", "ok") != "ok":
+    if result is None:
+        return None
+    if warned["hit"] and result.status != "ok":
         result = dataclasses.replace(result, status="timeout")
-    return result
+    return store.result_record(result)
 
 
 def _rendezvous(spec) -> dict:
@@ -585,20 +256,3 @@ def _watch_time_limit() -> dict:
         pass
     return flag
 
-
-def probe_job(kind: str, seconds: float = 0.0, value: float = 1.0) -> dict:
-    """A tiny stand-in job for testing the launch mechanics without torch:
-    ``ok`` returns a result dict, ``raise`` raises, ``sleep`` sleeps ``seconds``
-    then returns."""
-    _watch_time_limit()
-    if kind == "raise":
-        raise RuntimeError(f"probe job asked to fail (value={value})")
-    if seconds:
-        time.sleep(seconds)
-    rank = int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0")))
-    if rank != 0:
-        return None
-    return {"status": "ok", "step_time_s": value, "tokens_per_s_per_gpu": 1000.0 / value,
-            "iteration_times_s": [value], "losses": [], "error": "", "device": "cpu",
-            "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-            "world_size": int(os.environ.get("SLURM_NTASKS", os.environ.get("SUBMITIT_LOCAL_NTASKS", "1")))}

@@ -28,7 +28,7 @@ ADVICE = {
            "(or search with --recompute full --mbs 1)",
     "timeout": "time limit hit: raise --max-minutes/--time-limit or lower --max-steps/--warmup-steps",
     "error": "jobs raised: read the error lines above; check that torch and megatron-core are "
-             "installed where the jobs run (pip install -e '.[profile]') and try --device cpu",
+             "installed where the jobs run (pip install 'autoconfig[profile]')",
     "cancelled": "jobs were cancelled: re-run the same command with --resume DIR to finish them",
     "node_fail": "a node failed: exclude it (--slurm-extra exclude=NODE) and --resume DIR",
 }
@@ -159,8 +159,10 @@ def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
         else:
             lines.append(f"Every one of the {len(failed)} profiling jobs failed. What to change:")
             for status in sorted(set(failed["status"])):
-                lines.append(f"- {status} ({int((failed['status'] == status).sum())}): "
-                             f"{ADVICE.get(status, ADVICE['error'])}")
+                advice = ADVICE.get(status, ADVICE["error"])
+                if advice is ADVICE["error"] and meta.get("device") != "cpu":
+                    advice += ", or try --device cpu"   # never said when the run was on cpu
+                lines.append(f"- {status} ({int((failed['status'] == status).sum())}): {advice}")
         lines.append("")
     return "\n".join(lines)
 

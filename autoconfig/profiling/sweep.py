@@ -7,11 +7,11 @@ best predicted first.
 """
 
 import dataclasses
+import importlib.util
 import json
-import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -19,33 +19,80 @@ import click
 import numpy as np
 import pandas as pd
 
-from autoconfig.errors import InputError
+from autoconfig.errors import InputError, ProfilingError
 from autoconfig.core.plan import PLAN_FIELDS, Plan, plan_label
-from autoconfig.profiling import launch, store
+from autoconfig.profiling import executors, launch, store
+from autoconfig.profiling.launch import LaunchOptions
 from autoconfig.profiling.report import CPU_NOTE, write_report
 from autoconfig.profiling.select import DEFAULT_TOP_K, select_plans
 
-PROFILE_SUBDIR = "profile"
+PROFILE_SUBDIR = store.PROFILE_SUBDIR
+WORKER_MODULES = {"torch": "torch", "megatron.core": "megatron-core"}
+"""What the profiling worker imports (module -> distribution), on every device."""
+INSTALL_HINT = ("pip install 'autoconfig[profile]' (CPU only: pip install torch==2.13.0 "
+                "megatron-core==0.16.1)")
+
+
+SWEEP_FLAGS = ("profile", "top_k", "max_steps", "warmup_steps", "dry_run", "resume",
+               "profile_objective")
+LAUNCH_FLAGS = ("device", "executor", "max_minutes", "max_parallel", "time_limit")
 
 
 @dataclass(frozen=True)
 class ProfileOptions:
+    """The ``--profile`` flags: what to profile, and ``launch``: where and how."""
+
     profile: bool = False
-    device: str = "cuda"
-    executor: str = "local"
+    launch: LaunchOptions = field(default_factory=lambda: LaunchOptions(device="cuda"))
+    """Executor, device, time limit, parallelism and the executor's own options;
+    ranks per node and nodes are taken from the cluster at run time."""
     top_k: int = DEFAULT_TOP_K
     max_steps: int = 3
     warmup_steps: int = 2
-    max_minutes: int = 10
-    max_parallel: int = 4
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_limit: int | None = None
-    slurm_extra: tuple[str, ...] = ()
     dry_run: bool = False
     resume: str | None = None
     profile_objective: str = "throughput"
+
+    def __post_init__(self) -> None:
+        for name in ("top_k", "max_steps"):
+            if getattr(self, name) < 1:
+                raise InputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
+        if self.warmup_steps < 0:
+            raise InputError(f"invalid --warmup-steps {self.warmup_steps}: must be >= 0")
+
+    @classmethod
+    def from_flags(cls, **flags) -> "ProfileOptions":
+        """From flat flag values (the CLI's, a sweep file's): the sweep's own
+        (SWEEP_FLAGS), the shared launch options (LAUNCH_FLAGS) and the chosen
+        executor's (its ``Options.FLAGS``; other executors' are ignored)."""
+        sweep = {k: flags.pop(k) for k in SWEEP_FLAGS if k in flags}
+        shared = {k: flags.pop(k) for k in LAUNCH_FLAGS if k in flags}
+        for name in ("max_minutes", "max_parallel", "time_limit"):
+            if shared.get(name) is not None and shared[name] < 1:
+                unit = " minute" if name == "time_limit" else ""
+                raise InputError(f"invalid --{name.replace('_', '-')} {shared[name]}: "
+                                 f"must be >= 1{unit}")
+        executor = executors.get(shared.get("executor") or "local")
+        known = {f for name in executors.names() for f in executors.get(name).Options.FLAGS}
+        unknown = set(flags) - known
+        if unknown:
+            raise InputError(f"unknown profiling option(s) {', '.join(sorted(unknown))}")
+        backend = executor.Options.from_flags(**{k: v for k, v in flags.items()
+                                                 if v is not None and k in executor.Options.FLAGS})
+        launch = LaunchOptions(executor=executor.name, device=shared.get("device") or "cuda",
+                               time_limit_min=shared.get("time_limit") or shared.get("max_minutes")
+                               or 10, max_parallel=shared.get("max_parallel") or 4,
+                               backend=backend)
+        return cls(launch=launch, **{k: v for k, v in sweep.items() if v is not None or
+                                     k == "resume"})
+
+    @property
+    def device(self) -> str:
+        return self.launch.device
+
+    @property
+    def executor(self) -> str:
+        return self.launch.executor
 
 
 @dataclass(frozen=True)
@@ -73,20 +120,17 @@ def ranked_from_search(result) -> list[RankedPlan]:
 def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, options: ProfileOptions,
                   out_dir: Path, echo=click.echo) -> Path | None:
     """Select, launch, store and report. Returns the results directory (None on
-    --dry-run). Bad input raises before anything is written."""
+    --dry-run). The caller has run ``check_options`` (before its search); bad
+    input raises before anything is written. Raises ProfilingError when no
+    profiled plan succeeded."""
     if not options.profile:
         return None
-    check_options(options)
     ranked = list(ranked)
     if not ranked:
         raise InputError("nothing to profile: the search found no plan")
     selected = select_plans([r.plan for r in ranked], options.top_k)
-    lopts = launch.LaunchOptions(
-        executor=options.executor, device=options.device, gpus_per_node=cluster.gpus_per_node,
-        nodes=cluster.nodes, time_limit_min=options.time_limit or options.max_minutes,
-        max_parallel=options.max_parallel, partition=options.partition, account=options.account,
-        qos=options.qos, slurm_extra=launch.parse_slurm_extra(options.slurm_extra))
-    launch.check_capacity(selected, lopts)
+    lopts = dataclasses.replace(options.launch, gpus_per_node=cluster.gpus_per_node,
+                                nodes=cluster.nodes)
     specs = [_spec(model, workload, plan, options) for plan in selected]
     results_dir = Path(options.resume) if options.resume else Path(out_dir) / PROFILE_SUBDIR
     if options.resume and not (results_dir / store.PLANS_FILE).exists():
@@ -95,50 +139,83 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     items = [launch.JobItem(plan=s.plan, world_size=s.plan.num_gpus, fn=launch.profile_job,
                             args=(s.to_json(),)) for s in specs]
     if options.dry_run:
-        _print_dry_run(items, lopts, results_dir / "jobs", echo)
+        executor = executors.create(lopts)
+        executor.check_capacity(selected)
+        executor.dry_run(items, results_dir / "jobs", echo, plan_label)
         return None
-    pending = set(store.pending_plans(results_dir, selected))
-    todo = [item for item in items if item.plan in pending]
-    skipped = len(items) - len(todo)
-    if lopts.executor == "slurm" and todo:
-        launch.preflight_slurm(lopts)
-    if options.device == "cpu":
-        echo(f"note: {CPU_NOTE}", err=True)
-    if skipped:
-        echo(f"resume: {skipped} plan(s) already have a final record in {results_dir}; "
-             f"running {len(todo)}", err=True)
-    meta = _meta(model, workload, cluster, options, specs)
-    table = _plans_table(ranked, selected, results_dir)
-    launch.launch(todo, lopts, results_dir,
-                  on_submitted=lambda: store.write_plans(results_dir, table, meta))
-    if not (results_dir / store.PLANS_FILE).exists():
-        store.write_plans(results_dir, table, meta)
-    csv_path, md_path, _ = write_report(results_dir, options.profile_objective)
+    with store.lock(results_dir):
+        pending = set(store.pending_plans(results_dir, selected))
+        todo = [item for item in items if item.plan in pending]
+        skipped = len(items) - len(todo)
+        meta = _meta(model, workload, cluster, options, specs)
+        table = _plans_table(ranked, selected, results_dir)
+
+        def submitted() -> None:
+            store.write_plans(results_dir, table, meta)
+            if options.device == "cpu":
+                echo(f"note: {CPU_NOTE}", err=True)
+            if skipped:
+                echo(f"resume: {skipped} plan(s) already have a final record in {results_dir}; "
+                     f"running {len(todo)}", err=True)
+
+        launch.launch(todo, lopts, results_dir, on_submitted=submitted)
+        csv_path, md_path, report = write_report(results_dir, options.profile_objective)
     echo(md_path.read_text())
     echo(f"profiling results: {results_dir} (report: {md_path.name}, {csv_path.name}; "
          f"rebuild with `autoconfig report {results_dir}`)")
+    _check_any_succeeded(report, selected, options, results_dir)
     return results_dir
 
 
 def check_options(options: ProfileOptions) -> None:
-    for name in ("top_k", "max_steps", "max_minutes", "max_parallel"):
-        if getattr(options, name) < 1:
-            raise InputError(f"invalid --{name.replace('_', '-')} {getattr(options, name)}: must be >= 1")
-    if options.warmup_steps < 0:
-        raise InputError(f"invalid --warmup-steps {options.warmup_steps}: must be >= 0")
-    if options.time_limit is not None and options.time_limit < 1:
-        raise InputError(f"invalid --time-limit {options.time_limit}: must be >= 1 minute")
-    if options.device == "cuda" and options.executor == "local" and not local_gpu_visible():
-        raise InputError("invalid --device cuda: no NVIDIA GPU is visible on this machine for "
-                         "the local executor; use --device cpu, or --executor slurm")
+    """Up-front checks of the machine, before the search and before anything is
+    launched: the executor can run jobs on this device here, and this Python
+    can import what the profiling worker needs (found without importing it,
+    so the CLI stays light). Flag values are checked when the options are built."""
+    executors.get(options.executor).check_environment(options.launch)
+    if options.dry_run:
+        return
+    missing = [dist for module, dist in WORKER_MODULES.items() if not _importable(module)]
+    if missing:
+        raise InputError(f"--profile needs {' and '.join(missing)}, which this Python "
+                         f"({sys.executable}) cannot import: {INSTALL_HINT}")
 
 
-def local_gpu_visible() -> bool:
-    """An NVIDIA driver device node exists and CUDA_VISIBLE_DEVICES does not hide
-    every GPU. Checked without importing torch, so the CLI stays light."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):   # a parent package missing or broken
         return False
-    return os.path.exists("/dev/nvidiactl") or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _check_any_succeeded(report: pd.DataFrame, selected, options: ProfileOptions,
+                         results_dir: Path) -> None:
+    """ProfilingError (one line, naming the cause) when no selected plan ran ok."""
+    rows = report[report["status"].astype(str) != "not run"] if len(report) else report
+    if len(rows) == 0 or (rows["status"] == "ok").any():
+        return
+    counts = rows["status"].value_counts()
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+    errors = [str(e) for e in rows["error"].fillna("") if str(e).strip()]
+    cause = _last_line(errors[0]) if errors else "no error recorded"
+    text = "\n".join(errors)
+    if any(f"No module named '{m.split('.')[0]}" in text for m in WORKER_MODULES) or \
+            "megatron" in text and "No module named" in text:
+        hint = f"install the worker's dependencies where the jobs run: {INSTALL_HINT}"
+    elif (counts.index == "oom").all():
+        hint = "every plan ran out of memory: search with --recompute full --mbs 1 or more TP/PP"
+    elif (counts.index == "timeout").all():
+        hint = "raise --max-minutes or lower --max-steps/--warmup-steps"
+    elif options.device == "cuda":
+        hint = f"read {results_dir / store.RESULTS_FILE}, or try --device cpu"
+    else:
+        hint = f"read {results_dir / store.RESULTS_FILE}"
+    raise ProfilingError(f"no profiled plan succeeded ({summary}): {cause}; {hint}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _spec(model, workload, plan: Plan, options: ProfileOptions):
@@ -186,25 +263,6 @@ def _meta(model, workload, cluster, options, specs) -> dict:
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "argv": sys.argv,
     }
-
-
-def _print_dry_run(items, lopts: launch.LaunchOptions, folder: Path, echo) -> None:
-    if lopts.executor == "slurm":
-        scripts = launch.render_sbatch(items, lopts, folder)
-        for script, group in zip(scripts, launch.group_by_shape(items).values()):
-            echo(script)
-            for index, item in enumerate(group):
-                echo(f"# {'array task ' + str(index) if len(group) > 1 else 'job'}: "
-                     f"{plan_label(item.plan)} ({item.world_size} ranks)")
-            echo("")
-        echo(f"# dry run: {len(items)} job(s) in the script(s) above; nothing submitted")
-        return
-    for item in items:
-        echo(f"# local: plan {item.plan.to_dict()}: {item.world_size} process(es) through "
-             f"submitit's LocalExecutor (tasks_per_node={item.world_size}, "
-             f"timeout {lopts.time_limit_min} min) running "
-             f"autoconfig.profiling.launch.profile_job")
-    echo(f"# dry run: {len(items)} local job(s); nothing started")
 
 
 def _finite(value: float) -> float | None:

@@ -16,11 +16,12 @@ from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import total_params
-from autoconfig.core.plan import describe_plan, recompute_label
+from autoconfig.core.plan import Plan, describe_plan, recompute_label
 from autoconfig.launch.files import (BRIDGE_NAME, MEGATRON_NAME, NEMO_NAME, SBATCH_NAME,
                                      launch_document, launch_texts)
 from autoconfig.launch.spec import LaunchSpec, spec_from_result
 from autoconfig.training.search import SearchResult
+from autoconfig.training.space import R_MEMORY
 from autoconfig.units import format_count
 
 CSV_NAME = "plans.csv"
@@ -47,16 +48,43 @@ def top_rows(result: SearchResult, n: int) -> list[tuple]:
     return rows
 
 
+MEMORY_REASONS = (R_MEMORY,)
+"""Rejections of a layout that is valid but does not fit; every other reason
+is a structural rule of ``training/space.py``: the layout can never run."""
+
+
 def rejection_lines(result: SearchResult) -> list[str]:
-    """'considered N, fit M' then one line per rejection reason."""
+    """'considered N: M fit, X never valid, Y do not fit in memory', then one
+    line per reason under its kind."""
+    never = {r: n for r, n in result.rejected.items() if r not in MEMORY_REASONS}
+    memory = {r: n for r, n in result.rejected.items() if r in MEMORY_REASONS}
     lines = [f"considered {result.considered} plans: {result.feasible} fit, "
-             f"{result.considered - result.feasible} rejected"]
-    lines += [f"  {reason}: {count}" for reason, count in result.rejected.items()]
+             f"{sum(never.values())} never valid (layout rules), "
+             f"{sum(memory.values())} rejected for memory"]
+    lines += [f"  never valid: {reason}: {count}" for reason, count in never.items()]
+    lines += [f"  rejected for memory: {reason}: {count}" for reason, count in memory.items()]
     return lines
 
 
 def ranked_csv(result: SearchResult) -> str:
     return result.table.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+
+
+def plan_document(plan: Plan) -> dict:
+    """The plan's fields that apply: vp only with an interleaved schedule (> 1),
+    recompute method and layers only with full recompute (Megatron-LM ignores
+    them otherwise), stage layers only for an uneven split. ``Plan(**doc)``
+    gives the plan back (omitted = default)."""
+    fields = plan.to_dict()
+    if plan.vp == 1:
+        fields.pop("vp")
+    if plan.recompute != "full":
+        fields.pop("recompute_method")
+        fields.pop("recompute_num_layers")
+    for name in ("first_stage_layers", "last_stage_layers"):
+        if not fields[name]:
+            fields.pop(name)
+    return fields
 
 
 def best_document(result: SearchResult, spec: LaunchSpec | None = None) -> dict:
@@ -75,7 +103,7 @@ def best_document(result: SearchResult, spec: LaunchSpec | None = None) -> dict:
         "workload": {"global_batch_size": w.global_batch_size, "seq_len": w.seq_len,
                      "precision": w.precision},
         "objective": result.objective,
-        "plan": result.best.to_dict(),
+        "plan": plan_document(result.best),
         "predicted": {
             "step_time_s": _r(row.step_time_s),
             "tokens_per_s_per_gpu": _r(row.tokens_per_s_per_gpu),

@@ -137,13 +137,18 @@ def _predicted(result) -> dict:
 def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path) -> dict:
     """Profile the setting's top plans; the measured best (or why none ran)."""
     from autoconfig.profiling.report import build_table
+    from autoconfig.errors import ProfilingError
+    from autoconfig.profiling.store import PROFILE_SUBDIR
     from autoconfig.profiling.sweep import ProfileOptions, ranked_from_search, run_profiling
-    options = ProfileOptions(profile=True, **spec.profile)
+    options = ProfileOptions.from_flags(profile=True, **spec.profile)
     where = Path(out_dir) / PROFILES_DIR / setting.slug
     lines = []
-    results_dir = run_profiling(ranked_from_search(result), result.model, result.workload,
-                                result.cluster, options, where,
-                                echo=lambda text="", err=False: lines.append(str(text)))
+    try:
+        results_dir = run_profiling(ranked_from_search(result), result.model, result.workload,
+                                    result.cluster, options, where,
+                                    echo=lambda text="", err=False: lines.append(str(text)))
+    except ProfilingError:   # no plan ran ok: the table below says why
+        results_dir = where / PROFILE_SUBDIR
     table = build_table(results_dir, options.profile_objective)
     ok = table[table["status"] == "ok"]
     measured = {"profile_dir": str(Path(results_dir).relative_to(out_dir)),

@@ -25,10 +25,9 @@ MODEL_ARGS=(
 )
 # the parallel plan
 PARALLEL_ARGS=(
-    --tensor-model-parallel-size 2
+    --tensor-model-parallel-size 1
     --pipeline-model-parallel-size 1
-    --sequence-parallel
-    --micro-batch-size 4
+    --micro-batch-size 2
     --global-batch-size 96
     --use-distributed-optimizer
 )
