@@ -44,8 +44,10 @@ def test_gpt3_175b_published_recipes_rank_near_the_top(gpt3_result) -> None:
     nemo = t[(t.tp == 4) & (t.pp == 8) & (t.vp == 12) & (t.mbs == 1) & t.sp
              & (t.recompute == "selective") & t.distributed_optimizer]
     assert len(nemo) == 1
-    assert int(nemo["rank"].iloc[0]) <= 10
-    assert nemo.step_time_s.iloc[0] <= 1.05 * best_s
+    # Dozens of layouts sit within a few percent of each other here, so the rank
+    # itself says little; the recipe must be among the best 1% and within 2%.
+    assert int(nemo["rank"].iloc[0]) <= 0.01 * len(t)
+    assert nemo.step_time_s.iloc[0] <= 1.02 * best_s
     # Narayanan et al. 2021 Table 1 (1024 A100): TP 8, PP 8.
     narayanan = t[(t.tp == 8) & (t.pp == 8)]
     assert len(narayanan) > 0 and narayanan.step_time_s.min() <= 1.10 * best_s

@@ -100,6 +100,8 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
         if value < 1:  # dp_for divides by these before Plan checks them
             raise InputError(f"invalid --{name} {value}: must be a positive integer")
+    if recompute_num_layers < 0:
+        raise InputError(f"invalid --recompute-num-layers {recompute_num_layers}: must be >= 0")
     full = recompute == "full"
     plan = Plan(tp=tp, pp=pp, dp=dp_for(cluster.num_gpus, tp, pp, cp), cp=cp, vp=vp, sp=sp,
                 mbs=mbs, recompute=recompute,

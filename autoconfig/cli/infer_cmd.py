@@ -1,7 +1,7 @@
 """``autoconfig infer`` and ``autoconfig infer-validate``: serving layouts of a model.
 
 Thin: parse the options, one library call (``autoconfig.inference.search.search``,
-then ``autoconfig.inference.profile.run`` with --profile), render and write.
+then ``autoconfig.profiling.inference_sweep.run`` with --profile), render and write.
 """
 
 import json
@@ -103,7 +103,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
     options = None
     if profile:
-        from autoconfig.inference.profile import InferProfileOptions
+        from autoconfig.profiling.inference_sweep import InferProfileOptions
         options = InferProfileOptions(device=device, executor=executor, top_k=top_k,
                                       max_minutes=max_minutes, max_parallel=max_parallel,
                                       partition=partition, account=account, dry_run=dry_run)
@@ -122,7 +122,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if "plot_skipped" in files:
         click.echo(f"note: Pareto plot skipped ({files['plot_skipped']})", err=True)
     if options is not None:
-        from autoconfig.inference.profile import render as render_profile, run
+        from autoconfig.profiling.inference_sweep import render as render_profile, run
 
         table = run(result, options, out, echo=lambda text: click.echo(text, err=True))
         if table is not None:

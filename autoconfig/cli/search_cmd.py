@@ -74,15 +74,17 @@ def search(**options) -> None:
     from autoconfig.training.search import search_inputs
     output_format, container_image = options.pop("output_format"), options.pop("container_image")
     plots = not options.pop("no_plots")
+    # The launch script takes the same SLURM settings as profiling jobs, whichever
+    # executor profiles.
+    slurm = SlurmSettings(partition=options.get("partition"), account=options.get("account"),
+                          qos=options.get("qos"), time_limit_min=options.get("time_limit"),
+                          container_image=container_image)
     profiling = pop_profile_options(options)
     if profiling.profile:
         check_options(profiling)
     stack, software = pop_software(options, _base_stack(options.get("base")))
     inputs = inputs_from_options(stack=stack, software=software, **options)
     result = search_inputs(inputs)
-    slurm = SlurmSettings(partition=profiling.partition, account=profiling.account,
-                          qos=profiling.qos, time_limit_min=profiling.time_limit,
-                          container_image=container_image)
     spec = spec_from_result(result, base=_base_config(options.get("base")),
                             base_path=options.get("base"), slurm=slurm)
     files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots, spec=spec)

@@ -90,6 +90,8 @@ def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
     bad = [n for n in node_counts if n < 1]
     if bad:
         raise InputError(f"invalid --nodes {bad[0]}: node counts must be at least 1")
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise InputError(f"invalid --gpus-per-node {gpus_per_node}: must be at least 1")
     if tokens <= 0:
         raise InputError(f"invalid --tokens {tokens:g}: must be greater than zero")
     return [plan_cell(model, workload, gpu, nodes, gpus_per_node or gpu.gpus_per_node,

@@ -28,7 +28,7 @@ from autoconfig.core.plan import Workload
 from autoconfig.errors import InputError
 from autoconfig.inference.plan import InferencePlan, InferenceWorkload
 from autoconfig.inference.search import InferenceSearchResult
-from autoconfig.inference.worker import InferenceProfileSpec, inference_job
+from autoconfig.profiling.inference_worker import InferenceProfileSpec, inference_job
 from autoconfig.profiling import executors, launch, store
 
 PROFILE_SUBDIR = "profile"

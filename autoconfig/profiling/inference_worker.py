@@ -247,7 +247,7 @@ def _peak_memory_bytes(spec) -> int:
 
 
 def main() -> int:
-    """``python -m autoconfig.inference.worker SPEC_JSON``: one rank (torchrun-style env)."""
+    """``python -m autoconfig.profiling.inference_worker SPEC_JSON``: one rank (torchrun-style env)."""
     import sys
 
     result = run_task(InferenceProfileSpec.from_json(sys.argv[1]))
