@@ -137,3 +137,40 @@ def test_best_yaml_leaves_out_fields_that_do_not_apply(tmp_path):
     assert plan["recompute"] == "none"
     assert "recompute_method" not in plan and "recompute_num_layers" not in plan
     assert "vp" not in plan
+
+
+def test_search_estimate_and_capacity_accept_gpus_or_nodes_alike(tmp_path):
+    """`search --gpus` was "No such option" while `estimate` required `--gpus`."""
+    by_gpus = _autoconfig(["search", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16",
+                           "--top", "1", "--no-plots", "-o", str(tmp_path / "a")], tmp_path)
+    by_nodes = _autoconfig(["search", "--model", "llama3-8b", "--gpu", "h100", "--nodes", "2",
+                            "--top", "1", "--no-plots", "-o", str(tmp_path / "b")], tmp_path)
+    assert by_gpus.returncode == 0 and by_nodes.returncode == 0, by_gpus.stderr
+    assert by_gpus.stdout.splitlines()[0] == by_nodes.stdout.splitlines()[0]
+    est = _autoconfig(["estimate", "--model", "llama3-8b", "--gpu", "h100", "--nodes", "2",
+                       "--gbs", "128", "--format", "json"], tmp_path)
+    assert est.returncode == 0 and '"gpus": 16' in est.stdout
+    cap = _autoconfig(["capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "16",
+                       "--no-plots", "-o", str(tmp_path / "c")], tmp_path)
+    assert cap.returncode == 0, cap.stderr
+    bad = _autoconfig(["capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "12",
+                       "--no-plots", "-o", str(tmp_path / "d")], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+    assert "12" in bad.stderr and "8-GPU nodes" in bad.stderr
+
+
+def test_context_parallel_is_costed_so_cp_sizes_do_not_tie(tmp_path):
+    """Llama 3 8B on 2 nodes: CP 1, 2 and 4 came out with identical step times and
+    cp_comm exactly 0; the ring's per-step merging now costs time that grows with CP."""
+    out = tmp_path / "s"
+    run = _autoconfig(["search", "--model", "llama3-8b", "--gpu", "h100", "--nodes", "2",
+                       "--tp", "1", "--pp", "1", "--mbs", "1",
+                       "--cp", "1,2,4", "--no-plots", "-o", str(out)], tmp_path)
+    assert run.returncode == 0, run.stderr
+    import pandas as pd
+    table = pd.read_csv(out / "plans.csv")
+    table = table[table.distributed_optimizer]
+    step = {int(cp): float(t.step_time_s.min()) for cp, t in table.groupby("cp")}
+    cp_comm = {int(cp): float(t.cp_comm_s.min()) for cp, t in table.groupby("cp")}
+    assert cp_comm[1] == 0 and 0 < cp_comm[2] < cp_comm[4]
+    assert len(set(step.values())) == 3

@@ -18,14 +18,17 @@ from autoconfig.units import format_count
 
 DEFAULT_GPUS = "a100-80gb,h100-80gb,h200,b200"
 _NodeList = ListOrAuto("N[,N...]", positive_int, "positive node counts", allow_auto=False)
+_GpuList = ListOrAuto("N[,N...]", positive_int, "positive GPU counts", allow_auto=False)
 
 
 @click.command()
 @model_options
-@click.option("--gpu", "gpus", default=DEFAULT_GPUS, show_default=True,
+@click.option("--gpu", "gpu_types", default=DEFAULT_GPUS, show_default=True,
               help="GPU types to compare, comma-separated (catalog names or aliases).")
-@click.option("--nodes", "node_counts", type=_NodeList, required=True,
+@click.option("--nodes", "node_counts", type=_NodeList, default=None,
               help="Cluster sizes in nodes, comma-separated, e.g. 16,32,64.")
+@click.option("--gpus", "gpu_counts", type=_GpuList, default=None,
+              help="Cluster sizes in GPUs instead of --nodes, e.g. 128,512 (whole nodes).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (default: each GPU's usual node).")
 @click.option("--tokens", default="chinchilla", show_default=True,
               help="Training tokens (e.g. 300b, 15t) or 'chinchilla' (~20 per parameter).")
@@ -47,8 +50,8 @@ _NodeList = ListOrAuto("N[,N...]", positive_int, "positive node counts", allow_a
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Report folder (default ./autoconfig-out/capacity-<model>).")
-def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpus,
-             node_counts, gpus_per_node, tokens, gbs, seq_len, precision, output_dir,
+def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu_types,
+             node_counts, gpu_counts, gpus_per_node, tokens, gbs, seq_len, precision, output_dir,
              price, gpu_power_fraction, node_overhead_w, pue, grid_kg_per_kwh, no_plots,
              **stack_opts) -> None:
     """Capacity planning: the best predicted plan, tokens/s, days, GPU-hours, cost,
@@ -68,7 +71,8 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     if spec is None:
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
-    gpu_specs = [catalog.get_gpu(name) for name in gpus.split(",") if name.strip()]
+    gpu_specs = [catalog.get_gpu(name) for name in gpu_types.split(",") if name.strip()]
+    node_counts = _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node)
     prices = parse_prices(price, catalog.get_gpu)
     assumed = default_assumptions(gpu_power_fraction=gpu_power_fraction,
                                   node_overhead_w=node_overhead_w, pue=pue,
@@ -108,3 +112,22 @@ def _prices_note(prices: dict[str, float]) -> str:
     if not prices:
         return "no --price given"
     return ", ".join(f"{gpu} ${usd:g}/GPU-hour" for gpu, usd in prices.items())
+
+
+def _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node):
+    """The node counts from --nodes, or from --gpus over the GPUs per node."""
+    if (node_counts is None) == (gpu_counts is None):
+        raise InputError("give the cluster sizes as --nodes N[,N...] or --gpus N[,N...] "
+                         "(one of them)")
+    if node_counts is not None:
+        return node_counts
+    per_node = {gpus_per_node or g.gpus_per_node for g in gpu_specs}
+    if len(per_node) > 1:
+        raise InputError("--gpus needs one node size for every --gpu type: give "
+                         "--gpus-per-node, or --nodes instead")
+    (size,) = per_node
+    bad = [n for n in gpu_counts if n % size]
+    if bad:
+        raise InputError(f"invalid --gpus {bad[0]}: must be a whole number of {size}-GPU nodes")
+    return tuple(n // size for n in gpu_counts)
+

@@ -43,7 +43,8 @@ def render_table(result: dict) -> str:
 @click.command()
 @model_options
 @click.option("--gpu", default=DEFAULT_GPU, show_default=True, help="GPU type.")
-@click.option("--gpus", type=int, required=True, help="Total GPUs (a whole number of nodes).")
+@click.option("--gpus", type=int, help="Total GPUs (a whole number of nodes).")
+@click.option("--nodes", type=int, help="Nodes, instead of --gpus.")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (default: the GPU's usual node).")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size.")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel size.")
@@ -79,7 +80,7 @@ def render_table(result: dict) -> str:
 @stack_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
-def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus,
+def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
              gpus_per_node, tp, pp, vp, cp, mbs, gbs, seq_len, recompute, recompute_method,
              recompute_num_layers, sp, distributed_optimizer, first_stage_layers,
              last_stage_layers, precision, memory_recipe, internode_gb_per_s, fmt,
@@ -93,7 +94,14 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
                          "(--layers --hidden --heads --vocab)")
     spec = with_architecture(spec, **opts)
     gpu_spec = with_network(catalog.get_gpu(gpu), internode_gb_per_s)
-    cluster = cluster_from_gpus(gpu_spec, gpus, gpus_per_node_for(gpu_spec, gpus_per_node))
+    per_node = gpus_per_node_for(gpu_spec, gpus_per_node)
+    if (gpus is None) == (nodes is None):
+        raise InputError("give the cluster size as --gpus N or --nodes N (one of them)")
+    if nodes is not None:
+        if nodes < 1:
+            raise InputError(f"invalid --nodes {nodes}: must be at least 1")
+        gpus = nodes * per_node
+    cluster = cluster_from_gpus(gpu_spec, gpus, per_node)
     workload = Workload(global_batch_size=gbs, seq_len=seq_len or spec.seq_len,
                         precision=precision)
     gpu_spec.peak_tflops(precision)  # fp8 on a GPU without it is an InputError

@@ -41,6 +41,7 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
 @model_options
 @click.option("--gpu", help=f"GPU type (default {DEFAULT_GPU}).")
 @click.option("--nodes", type=int, help="Number of nodes.")
+@click.option("--gpus", type=int, help="Total GPUs instead of --nodes (a whole number of nodes).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (default: the GPU's usual node).")
 @click.option("--gbs", type=int, help="Global batch size in sequences (default: base heuristic).")
 @click.option("--seq-len", type=int, help="Sequence length (default: the model's).")

@@ -10,7 +10,7 @@ from pathlib import Path
 from autoconfig.base.hyperparams import default_global_batch_size
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
-from autoconfig.core.hardware import GPU, Cluster
+from autoconfig.core.hardware import GPU, Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Workload
 from autoconfig.errors import InputError
@@ -47,6 +47,7 @@ def inputs_from_options(*, stack: Stack | None = None,
                         software: SoftwareFeatures | None = None, base: str | None, model: str | None, size: str | None,
                         layers, hidden, heads, kv_heads, ffn, vocab, swiglu: bool,
                         gpu: str | None, nodes: int | None, gpus_per_node: int | None,
+                        gpus: int | None = None,
                         gbs: int | None, seq_len: int | None, precision: str | None,
                         tp, pp, vp, cp, mbs, recompute, sp: str, distributed_optimizer: str,
                         max_tp_per_node: int | None, objective: str, top: int,
@@ -62,16 +63,23 @@ def inputs_from_options(*, stack: Stack | None = None,
         spec = base_cfg.model
     gpu_name = gpu or (base_cfg.gpu_name if base_cfg and base_cfg.gpu_name else DEFAULT_GPU)
     gpu_spec = catalog.get_gpu(gpu_name)
-    if nodes is None:
-        nodes = base_cfg.nodes if base_cfg and base_cfg.nodes else None
-    if nodes is None:
-        raise InputError("no cluster size: give --nodes N (or --base base.yaml with nodes)")
-    if nodes < 1:
-        raise InputError(f"invalid --nodes {nodes}: must be at least 1")
+    if gpus is not None and nodes is not None:
+        raise InputError("give either --nodes or --gpus, not both")
     if gpus_per_node is None and base_cfg and base_cfg.gpus_per_node and not gpu:
         gpus_per_node = base_cfg.gpus_per_node
-    cluster = Cluster(gpu=gpu_spec, nodes=nodes,
-                      gpus_per_node=gpus_per_node_for(gpu_spec, gpus_per_node))
+    if gpus is not None:
+        cluster = cluster_from_gpus(gpu_spec, gpus, gpus_per_node_for(gpu_spec, gpus_per_node))
+        nodes = cluster.nodes
+    else:
+        if nodes is None:
+            nodes = base_cfg.nodes if base_cfg and base_cfg.nodes else None
+        if nodes is None:
+            raise InputError("no cluster size: give --nodes N or --gpus N (or --base base.yaml "
+                             "with nodes)")
+        if nodes < 1:
+            raise InputError(f"invalid --nodes {nodes}: must be at least 1")
+        cluster = Cluster(gpu=gpu_spec, nodes=nodes,
+                          gpus_per_node=gpus_per_node_for(gpu_spec, gpus_per_node))
     seq = seq_len or (base_cfg.seq_len if base_cfg else spec.seq_len)
     if gbs is None:
         gbs = base_cfg.global_batch_size if base_cfg else default_global_batch_size(spec, seq)
