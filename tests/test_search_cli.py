@@ -166,3 +166,18 @@ def test_search_from_base_yaml_uses_its_model_and_batch(capsys, tmp_path) -> Non
     assert best["model"]["num_layers"] == 40 and best["cluster"]["nodes"] == 2
     assert best["workload"]["global_batch_size"] == expected.global_batch_size
     assert best["workload"]["seq_len"] == expected.seq_len
+
+
+def test_llama3_405b_on_16k_h100_finds_plans_including_metas_layout(tmp_path, capsys) -> None:
+    """`search --model llama3 --size 405b --gpu h100 --nodes 2048 --seq-len 8192 --gbs 2048`
+    said nothing fits (126 layers: PP 16 was impossible); Meta trained it with TP 8,
+    CP 1, PP 16 and uneven stages, which must be among the valid plans."""
+    import pandas as pd
+    code, out, err = run_cli(["search", "--model", "llama3", "--size", "405b", "--gpu", "h100",
+                              "--nodes", "2048", "--seq-len", "8192", "--gbs", "2048",
+                              "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "plans.csv")
+    meta = table[(table.tp == 8) & (table.cp == 1) & (table.pp == 16)]
+    assert len(meta) > 0
+    assert set(zip(meta.first_stage_layers, meta.last_stage_layers)) == {(7, 7)}

@@ -121,3 +121,25 @@ def test_cuda_run_records_allocator_peak():
     result = run_local_processes(spec, 1, JOB_TIMEOUT_S)
     assert result.status == "ok", result.error
     assert result.device == "cuda" and result.peak_memory_bytes > 0 and result.step_time_s > 0
+
+
+def test_worker_passes_uneven_stage_splits_that_megatron_core_accepts() -> None:
+    """A plan with an uneven split (Llama 3 405B's 126 layers on 16 stages with 4
+    virtual stages; a first/last split that is not the embedding-and-loss one)
+    builds a megatron-core TransformerConfig; the CPU proxy's few layers run even."""
+    pytest.importorskip("megatron.core")
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from autoconfig.core.plan import Plan
+    from autoconfig.profiling.worker import _stage_split
+    cases = [(126, Plan(tp=1, pp=16, dp=1, vp=4, first_stage_layers=7, last_stage_layers=7)),
+             (96, Plan(tp=1, pp=5, dp=1, first_stage_layers=18, last_stage_layers=18))]
+    for layers, plan in cases:
+        split = _stage_split(layers, plan)
+        assert split
+        TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4,
+                          pipeline_model_parallel_size=plan.pp, pipeline_dtype=torch.float32,
+                          virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
+                          **split)
+    assert _stage_split(4, cases[0][1]) == {}

@@ -157,6 +157,26 @@ def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
 # ---------------------------------------------------------------- model
 
 
+def _stage_split(num_layers: int, plan) -> dict:
+    """megatron-core's uneven first/last stage sizes for the plan, when they apply
+    to this model (the CPU proxy has fewer layers and runs the even split)."""
+    from autoconfig.core.plan import counts_embedding_and_loss, stage_layers
+    from autoconfig.errors import InputError
+    if not (plan.first_stage_layers or plan.last_stage_layers):
+        return {}
+    try:
+        stage_layers(num_layers, plan)
+    except InputError:
+        return {}
+    if counts_embedding_and_loss(num_layers, plan.pp, plan.first_stage_layers,
+                                 plan.last_stage_layers):
+        # The split Megatron makes itself; with virtual stages only this form is allowed.
+        return {"account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True}
+    return {"num_layers_in_first_pipeline_stage": plan.first_stage_layers or None,
+            "num_layers_in_last_pipeline_stage": plan.last_stage_layers or None}
+
+
 def _transformer_config(spec: ProfileSpec):
     import torch
     import torch.nn.functional as F
@@ -179,6 +199,7 @@ def _transformer_config(spec: ProfileSpec):
                      "recompute_num_layers": count}
     gated = m.mlp_kind == "swiglu"
     return TransformerConfig(
+        **_stage_split(m.num_layers, plan),
         num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
         num_query_groups=m.num_kv_heads, ffn_hidden_size=m.ffn_hidden_size,
         tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,

@@ -156,6 +156,8 @@ def _table(plans: PlanTable, workload: Workload, mem, times) -> pd.DataFrame:
                                          plans.recompute_method], ""),
         "recompute_num_layers": plans.recompute_num_layers,
         "distributed_optimizer": plans.distributed_optimizer,
+        "first_stage_layers": plans.first_stage_layers,
+        "last_stage_layers": plans.last_stage_layers,
         "step_time_s": times.step_time_s,
         "tokens_per_s_per_gpu": times.tokens_per_s_per_gpu,
         "tflops_per_gpu": times.model_tflops_per_gpu,
