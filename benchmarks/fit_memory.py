@@ -50,15 +50,19 @@ def fit_overhead(allocated: np.ndarray, measured: np.ndarray) -> tuple[float, fl
     return float(k), float(c)
 
 
+FITTED_FRAMEWORK = "megatron-deepspeed"
+"""The framework whose device-memory readings (BLOOM, nvidia-smi) the overhead is fitted on."""
+
+
 def _write(k: float, c_gib: float, rows: str, summary: str) -> None:
     text = YAML.read_text()
-    block = (f"overhead:\n  fragmentation_factor:\n    value: {k:.4f}\n"
-             f"    source: \"fitted on BLOOM rows {rows} of benchmarks/published_runs.csv "
+    block = (f"  {FITTED_FRAMEWORK}:\n    fragmentation_factor:\n      value: {k:.4f}\n"
+             f"      source: \"fitted on BLOOM rows {rows} of benchmarks/published_runs.csv "
              f"(nvidia-smi, S10; {summary}): python benchmarks/fit_memory.py --write\"\n"
-             f"  context_gib:\n    value: {c_gib:.3f}\n"
-             f"    source: \"fitted with fragmentation_factor on the same rows: CUDA context, "
+             f"    context_gib:\n      value: {c_gib:.3f}\n"
+             f"      source: \"fitted with fragmentation_factor on the same rows: CUDA context, "
              "NCCL and framework buffers\"\n")
-    YAML.write_text(re.sub(r"overhead:\n(?:  .*\n|    .*\n)*", block, text))
+    YAML.write_text(re.sub(rf"  {FITTED_FRAMEWORK}:\n(?:    .*\n|      .*\n)*", block, text))
 
 
 def time_million_plans(n: int = 10**6) -> float:
@@ -74,12 +78,14 @@ def time_million_plans(n: int = 10**6) -> float:
                       recompute=rng.integers(0, 3, n).astype(np.int8),
                       recompute_method=rng.integers(0, 2, n).astype(np.int8),
                       recompute_num_layers=rng.integers(0, 4, n),
-                      distributed_optimizer=rng.random(n) < 0.5)
-    model, gpu, workload = get_model("gpt3", "175b"), get_gpu("a100-80gb"), Workload(1536, 2048)
+                      distributed_optimizer=rng.random(n) < 0.5,
+                      first_stage_layers=np.zeros(n, dtype=np.int64),
+                      last_stage_layers=np.zeros(n, dtype=np.int64))
+    model, workload = get_model("gpt3", "175b"), Workload(1536, 2048)
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        memory_breakdown(model, workload, plans, gpu)
+        memory_breakdown(model, workload, plans)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -89,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="store the fit in memory.yaml")
     parser.add_argument("--no-timing", action="store_true", help="skip the 1e6-plan timing")
     args = parser.parse_args(argv)
-    raw = replace(load_constants(), fragmentation_factor=1.0, context_bytes=0.0)
+    base = load_constants()
+    raw = replace(base, overheads={name: (1.0, 0.0) for name in base.overheads})
     rows = load_rows()
     alloc = np.array([predict_memory_bytes(r, raw)[0] for r in rows])
     device = np.array([r.memory_kind == "device" for r in rows])
     measured = np.array([r.memory_bytes or np.nan for r in rows])
     fit_rows = device & ~np.isnan(measured)
     k, c = fit_overhead(alloc[fit_rows], measured[fit_rows])
-    fitted = replace(raw, fragmentation_factor=k, context_bytes=c)
+    fitted = replace(base, overheads={**base.overheads, FITTED_FRAMEWORK: (k, c)})
     capacity = usable_bytes(get_gpu("a100-80gb"), fitted)
     print(f"fitted: fragmentation_factor = {k:.4f}, context = {c / GIB:.3f} GiB "
           f"(on {fit_rows.sum()} device-memory rows); usable A100-80GB = {capacity / GIB:.2f} GiB\n")
