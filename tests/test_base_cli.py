@@ -134,3 +134,23 @@ def test_help_lists_both_modes():
     proc = run("--help")
     assert proc.returncode == 0
     assert "--size" in proc.stdout and "--days" in proc.stdout and "--gpus" in proc.stdout
+
+
+def test_base_yaml_carries_the_stack_that_search_predicts_with(tmp_path) -> None:
+    """`autoconfig base --stack nemo -o base.yaml`, then `search --base base.yaml`:
+    the search predicts with the nemo stack and the launch files set its flags."""
+    import subprocess
+    import sys
+    base = tmp_path / "base.yaml"
+    run = [sys.executable, "-m", "autoconfig"]
+    made = subprocess.run(run + ["base", "--model", "llama3", "--size", "8b", "--gpu", "h100",
+                                 "--nodes", "2", "--stack", "nemo", "-o", str(base)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert read_base_yaml(base).stack == "nemo"
+    out = tmp_path / "s"
+    searched = subprocess.run(run + ["search", "--base", str(base), "--top", "1", "--no-plots",
+                                     "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert searched.returncode == 0, searched.stderr
+    assert "stack nemo" in searched.stdout.splitlines()[0]
+    assert "--tp-comm-overlap" in (out / "megatron_args.sh").read_text()

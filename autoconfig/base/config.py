@@ -77,6 +77,9 @@ class BaseConfig:
     utilisation: float | None = None
     utilisation_kind: str | None = None
     peak_tflops_per_gpu: float | None = None
+    stack: str | None = None
+    """Software stack the run uses (heuristics/stacks/; `autoconfig base --stack`),
+    which `search --base` predicts with unless --stack overrides it."""
     rationale: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -377,6 +380,7 @@ def base_to_dict(cfg: BaseConfig) -> dict[str, Any]:
         "cluster": cluster,
         "training": {key: getattr(cfg, key) for key in _TRAINING_KEYS},
         "optimizer": {key: getattr(cfg, key) for key in _OPTIMIZER_KEYS},
+        **({"stack": cfg.stack} if cfg.stack else {}),
         "rationale": dict(cfg.rationale),
     }
 
@@ -419,6 +423,7 @@ def base_from_dict(data: dict[str, Any], where: str) -> BaseConfig:
         model=model, mode=str(data.get("mode", "size")),
         gpu_name=cluster.get("gpu"), nodes=cluster.get("nodes"),
         gpus_per_node=cluster.get("gpus_per_node"),
+        stack=str(data["stack"]) if data.get("stack") else None,
         rationale=tuple((str(k), str(v)) for k, v in rationale.items()), **values)
 
 

@@ -109,10 +109,13 @@ def one_line(text: str, width: int = 100) -> str:
               help="Training precision [default: bf16].")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table",
               show_default=True)
+@click.option("--stack", default=None,
+              help="Software stack the run will use (heuristics/stacks/), kept in base.yaml "
+                   "for `search --base`.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the config as YAML (input of 'autoconfig search --base').")
 def base(model, size, gpu, nodes, gpus, gpus_per_node, days, tokens, mfu, tflops_per_gpu,
-         full_recompute, seq_len, precision, fmt, output) -> None:
+         full_recompute, seq_len, precision, stack, fmt, output) -> None:
     """Base config: model size and shape, tokens, days, LR, batch and the other
     pre-training hyper-parameters, each with its source.
 
@@ -124,6 +127,11 @@ def base(model, size, gpu, nodes, gpus, gpus_per_node, days, tokens, mfu, tflops
     request = build_request(model, size, gpu, nodes, gpus, gpus_per_node, days, tokens, mfu,
                             tflops_per_gpu, full_recompute, seq_len, precision)
     cfg = b.make_base(request)
+    if stack is not None:
+        from dataclasses import replace
+
+        from autoconfig.training.stack import load_stack
+        cfg = replace(cfg, stack=load_stack(stack).name)
     if output is not None:
         b.write_base_yaml(cfg, output)
     click.echo(render(cfg, fmt))

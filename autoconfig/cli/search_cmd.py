@@ -25,7 +25,7 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
     m, c, w = result.model, result.cluster, result.workload
     lines = [f"{m.name} ({format_count(total_params(m))} params) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
-             f"{w.precision}, objective {result.objective}", "",
+             f"{w.precision}, stack {result.stack}, objective {result.objective}", "",
              tabulate(top_rows(result, top), headers=TOP_HEADERS), ""]
     lines += rejection_lines(result)
     if spec is not None:
