@@ -17,9 +17,9 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.8, "S05": 2.9, "S08": 7.3, "S09": 6.9, "S10": 5.8,
+PINNED_MAPE_PCT = {"S01": 5.8, "S04": 3.8, "S05": 2.9, "S08": 7.0, "S09": 6.8, "S10": 5.7,
                    "S15": 14.6}
-PINNED_OVERALL_PCT = 6.8
+PINNED_OVERALL_PCT = 6.7
 PINNED_SPEARMAN = 0.78
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below)."""
 
@@ -41,7 +41,7 @@ def test_accuracy_holds_the_pins() -> None:
 
 
 @pytest.mark.parametrize("change", [
-    {"gemm_efficiency_max": {"ampere": 0.55, "hopper": 0.6174, "blackwell": 0.5861}},
+    {"gemm_efficiency_max": {"ampere": 0.55, "hopper": 0.55, "blackwell": 0.55}},
     {"elementwise_traffic_factor": 1.5},
     {"fp8_gemm_speedup": 1.2},
 ])
