@@ -55,7 +55,24 @@ PLAUSIBLE = {
     "gpus": ["a100-80gb,h100-80gb", "h100-80gb", "8", "16"],
     "tokens": ["chinchilla", "1e9", "300b", "lots"],
     "kind": ["gpus", "models", "tpus"],
+    "stack": ["megatron-lm", "nemo", "megatron-deepspeed", "pytorch-fsdp", "llm-foundry",
+              "no-such-stack", "NEMO"],
 }
+SWEEP_FILES = {
+    # name -> (text, valid): small predict-only sweeps and broken ones.
+    "ok.yaml": ("name: f\nmatrix:\n  model: [tiny]\n  gpu: [a100-80gb]\n  nodes: [1]\n"
+                "  stack: [megatron-lm, nemo]\n  mode: [predict]\n", True),
+    "bad-stack.yaml": ("name: f\nmatrix:\n  model: [tiny]\n  gpu: [a100-80gb]\n  nodes: [1]\n"
+                       "  stack: [no-such-stack]\n", False),
+    "bad-nodes.yaml": ("name: f\nmatrix:\n  model: [tiny]\n  gpu: [h100]\n  nodes: [-2]\n",
+                       False),
+    "bad-key.yaml": ("name: f\nmatrix:\n  model: [tiny]\n  gpu: [h100]\n  nodes: [1]\n"
+                     "  colour: [blue]\n", False),
+    "not-yaml.yaml": ("matrix: [unclosed\n", False),
+    "empty.yaml": ("", False),
+    "missing.yaml": (None, False),
+}
+"""Sweep files the fuzzer hands to ``autoconfig sweep`` (written into the run's tmp dir)."""
 INTS = [1, 2, 3, 4, 8, 16, 64]
 EDGE_INTS = [0, 1, 7, 1023, 2 ** 31, 10 ** 15]
 FLOATS = [0.3, 1.0, 7.5, 30.0]
@@ -143,8 +160,13 @@ def generate(tmp: Path) -> list[tuple[tuple[str, ...], bool]]:
                 argv += _words(params[pname], value)
         if name == "report":
             argv += [str(tmp / rng.choice(["existing", "out", "missing"]))]
+        bad_file = False
+        if name == "sweep":
+            sweep_file = rng.choice(sorted(SWEEP_FILES))
+            argv += [str(tmp / "sweeps" / sweep_file), "--no-plots"]
+            bad_file = not SWEEP_FILES[sweep_file][1]
         for param in rng.sample(list(params.values()), k=min(len(params), rng.randint(0, 4))):
-            if isinstance(param, click.Argument) and name == "report":
+            if isinstance(param, click.Argument) and name in ("report", "sweep"):
                 continue
             argv += _plausible(param, rng, tmp)
         if "output_dir" in params or "output" in params:
@@ -153,7 +175,7 @@ def generate(tmp: Path) -> list[tuple[tuple[str, ...], bool]]:
         invalid = rng.random() < 0.5
         if invalid:
             argv += _invalid(command, rng)
-        cases.append((tuple(argv), invalid))
+        cases.append((tuple(argv), invalid or bad_file))
     return cases
 
 
@@ -216,12 +238,29 @@ def results(monkeypatch_module, tmp_path_factory):
     # depend on where pytest puts its temporary files
     monkeypatch_module.chdir(tmp_path_factory.mktemp("fuzz"))
     Path("existing").mkdir()
+    _write_sweep_files(Path("sweeps"))
     cases = generate(Path("."))
     start = time.perf_counter()
     outcome = {argv: (invalid, run(argv)) for argv, invalid in cases}
     elapsed = time.perf_counter() - start
     print(f"\nfuzz: {len(cases)} invocations over {len(_commands())} commands in {elapsed:.1f} s")
     return cases, outcome, elapsed
+
+
+def _write_sweep_files(folder: Path) -> None:
+    folder.mkdir()
+    for name, (text, _) in SWEEP_FILES.items():
+        if text is not None:
+            (folder / name).write_text(text)
+
+
+def test_sweep_files_and_stacks_are_fuzzed(results):
+    cases, _, _ = results
+    sweeps = [argv for argv, _ in cases if argv[0] == "sweep"]
+    assert {Path(a).name for argv in sweeps for a in argv if a.endswith(".yaml")} == set(SWEEP_FILES)
+    stacks = {argv[i + 1] for argv, _ in cases for i, word in enumerate(argv[:-1])
+              if word == "--stack"}
+    assert {"nemo", "no-such-stack"} <= stacks
 
 
 @pytest.fixture(scope="module")
@@ -257,4 +296,5 @@ def test_known_failure(argv, invalid, tmp_path, monkeypatch):
     """Strict xfail: each known failure, run on its own; once fixed, remove it."""
     monkeypatch.chdir(tmp_path)
     Path("existing").mkdir()
+    _write_sweep_files(Path("sweeps"))
     assert not problems(argv, invalid, run(argv))
