@@ -10,7 +10,7 @@ from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import InputError
 from autoconfig.training.space import SWITCH_MODES
 from autoconfig.training.stack import (DEFAULT_STACK, FSDP_SHARDING, GRAD_REDUCE_DTYPES,
-                                       resolve_software)
+                                       OVERRIDES, resolve_software)
 
 
 class ListOrAuto(click.ParamType):
@@ -150,9 +150,7 @@ def stack_options(func):
     return func
 
 
-STACK_OPTION_NAMES = ("stack", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-                      "grad_reduce_dtype", "fused_attention", "p2p_scatter_gather",
-                      "fsdp_sharding", "tp_async_backward")
+STACK_OPTION_NAMES = ("stack", *OVERRIDES)
 
 
 def pop_software(options: dict, default_stack: str | None = None):

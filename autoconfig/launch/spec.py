@@ -18,7 +18,8 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload, counts_embedding_and_loss, stage_layers
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import load_heuristics
-from autoconfig.training.stack import SoftwareFeatures, grad_reduce_dtype
+from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, grad_reduce_dtype,
+                                       load_stack)
 from autoconfig.yamlio import sourced_field
 
 MAX_VOCAB_DIVISOR = 1024
@@ -236,11 +237,14 @@ def family_launch(model: ModelSpec) -> FamilyLaunch:
 
 
 def launch_spec(model: ModelSpec, workload: Workload, plan: Plan, cluster: Cluster, *,
-                software: SoftwareFeatures = SoftwareFeatures(), stack: str = "megatron-lm",
+                software: SoftwareFeatures | None = None, stack: str | None = None,
                 base: BaseConfig | None = None, base_path: str | None = None,
                 slurm: SlurmSettings = SlurmSettings()) -> LaunchSpec:
     """Build the spec once; without ``base`` use ``autoconfig base``'s defaults for
-    the model and say so in ``base_source``."""
+    the model and say so in ``base_source``; without ``software``, the features of
+    ``stack`` (default: the default stack), so the flags always match the stack named."""
+    stack = stack or DEFAULT_STACK
+    software = software or load_stack(stack).features
     if base is None:
         base = base_for_model(model, workload.precision)
         source = (f"autoconfig base defaults for {model.name} (no --base given: "

@@ -49,10 +49,10 @@ class SearchResult:
     memory (GiB) and step-time breakdowns."""
     rejected: dict[str, int]
     considered: int
-    software: SoftwareFeatures = SoftwareFeatures()
+    software: SoftwareFeatures
     """The software features every prediction assumed (the stack plus overrides);
     launch outputs set exactly these."""
-    stack: str = DEFAULT_STACK
+    stack: str
     """Name of the stack the features came from."""
 
     @property

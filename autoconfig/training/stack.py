@@ -167,21 +167,28 @@ def grad_reduce_dtype(features: SoftwareFeatures) -> str:
     return "fp32" if features.grad_reduce_bytes == 4 else "bf16"
 
 
-def with_overrides(features: SoftwareFeatures, *, tp_comm_overlap: bool | None = None,
-                   overlap_grad_reduce: bool | None = None,
-                   overlap_param_gather: bool | None = None,
-                   grad_reduce_dtype: str | None = None,
-                   fused_attention: bool | None = None,
-                   p2p_scatter_gather: bool | None = None,
-                   fsdp_sharding: str | None = None,
-                   tp_async_backward: bool | None = None) -> SoftwareFeatures:
-    """The stack's features with single features overridden (None keeps the stack's)."""
-    changes = {k: v for k, v in (("tp_comm_overlap", tp_comm_overlap),
-                                 ("overlap_grad_reduce", overlap_grad_reduce),
-                                 ("overlap_param_gather", overlap_param_gather),
-                                 ("flash_attention", fused_attention),
-                                 ("p2p_scatter_gather", p2p_scatter_gather),
-                                 ("tp_async_backward", tp_async_backward)) if v is not None}
+SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
+                    "overlap_grad_reduce": "overlap_grad_reduce",
+                    "overlap_param_gather": "overlap_param_gather",
+                    "fused_attention": "flash_attention",
+                    "p2p_scatter_gather": "p2p_scatter_gather",
+                    "tp_async_backward": "tp_async_backward"}
+"""On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
+OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding")
+"""Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
+
+
+def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
+    """The stack's features with single features overridden (``OVERRIDES``; None
+    keeps the stack's)."""
+    unknown = sorted(set(overrides) - set(OVERRIDES))
+    if unknown:
+        raise TypeError(f"unknown override(s) {', '.join(unknown)}: allowed are "
+                        f"{', '.join(OVERRIDES)}")
+    changes = {SWITCH_OVERRIDES[name]: value for name, value in overrides.items()
+               if name in SWITCH_OVERRIDES and value is not None}
+    grad_reduce_dtype, fsdp_sharding = overrides.get("grad_reduce_dtype"), overrides.get(
+        "fsdp_sharding")
     if grad_reduce_dtype is not None:
         changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
     if fsdp_sharding is not None:
@@ -193,6 +200,22 @@ def with_overrides(features: SoftwareFeatures, *, tp_comm_overlap: bool | None =
                              "(pytorch-fsdp or llm-foundry)")
         changes["param_gathers_per_microbatch"] = FSDP_SHARDING[fsdp_sharding]
     return dataclasses.replace(features, **changes)
+
+
+def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[str]:
+    """The override options that turn a stack's features into ``features`` (the
+    inverse of ``with_overrides``): what a user adds to ``--stack`` to describe a run."""
+    flags = []
+    for name, feature in SWITCH_OVERRIDES.items():
+        if getattr(features, feature) != getattr(stack, feature):
+            flag = name.replace("_", "-")
+            flags.append(f"--{flag}" if getattr(features, feature) else f"--no-{flag}")
+    if features.grad_reduce_bytes != stack.grad_reduce_bytes:
+        flags += ["--grad-reduce-dtype", grad_reduce_dtype(features)]
+    if features.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
+        sharding = {v: k for k, v in FSDP_SHARDING.items()}[features.param_gathers_per_microbatch]
+        flags += ["--fsdp-sharding", sharding]
+    return flags
 
 
 def resolve_software(stack: str | None = None, **overrides) -> tuple[Stack, SoftwareFeatures]:

@@ -79,7 +79,7 @@ from autoconfig.core.model import ModelSpec, hardware_flops_per_token
 from autoconfig.core.plan import Plan, Workload, stage_layers
 from autoconfig.paths import benchmarks_dir
 from autoconfig.training.space import stage_splits
-from autoconfig.training.stack import (FSDP_SHARDING, SoftwareFeatures, load_stack,
+from autoconfig.training.stack import (SoftwareFeatures, load_stack, override_flags,
                                        with_overrides)
 from autoconfig.yamlio import load_yaml
 
@@ -493,23 +493,5 @@ def estimate_args(run: Run) -> list[str]:
                  "--recompute-num-layers", plan.recompute_num_layers]
     if c.gpu.internode_bandwidth_gb_per_s != catalog_gpu.internode_bandwidth_gb_per_s:
         args += ["--internode-gb-per-s", c.gpu.internode_bandwidth_gb_per_s]
-    args += _feature_args(load_stack(run.stack).features, run.software)
+    args += override_flags(load_stack(run.stack).features, run.software)
     return [str(a) for a in args]
-
-
-def _feature_args(stack: SoftwareFeatures, run: SoftwareFeatures) -> list:
-    """Override flags for the features where the run differs from its stack."""
-    flags = {"tp_comm_overlap": "tp-comm-overlap", "overlap_grad_reduce": "overlap-grad-reduce",
-             "overlap_param_gather": "overlap-param-gather",
-             "flash_attention": "fused-attention", "p2p_scatter_gather": "p2p-scatter-gather",
-             "tp_async_backward": "tp-async-backward"}
-    args: list = []
-    for name, flag in flags.items():
-        if getattr(run, name) != getattr(stack, name):
-            args.append(f"--{flag}" if getattr(run, name) else f"--no-{flag}")
-    if run.grad_reduce_bytes != stack.grad_reduce_bytes:
-        args += ["--grad-reduce-dtype", "fp32" if run.grad_reduce_bytes == 4 else "fp16"]
-    if run.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
-        sharding = {v: k for k, v in FSDP_SHARDING.items()}[run.param_gathers_per_microbatch]
-        args += ["--fsdp-sharding", sharding]
-    return args

@@ -233,9 +233,14 @@ def validate(path: Path | None = None, constants: PerfConstants | None = None,
                             memory=tuple(evaluate_memory(runs)))
 
 
+def ranking_groups(groups) -> list[GroupResult]:
+    """The groups the headline rank correlation averages: 3 or more rows, rho defined."""
+    return [g for g in groups if np.isfinite(g.spearman) and len(g.record_ids) >= 3]
+
+
 def weighted_spearman(groups) -> float:
-    """Size-weighted mean rho over the groups of 3 or more rows (nan if none)."""
-    big = [g for g in groups if np.isfinite(g.spearman) and len(g.record_ids) >= 3]
+    """Size-weighted mean rho over ``ranking_groups`` (nan if none)."""
+    big = ranking_groups(groups)
     if not big:
         return float("nan")
     return float(np.average([g.spearman for g in big],
@@ -332,7 +337,7 @@ def format_report(report: ValidationReport, show_rows: bool = True) -> str:
     rhos = [g.spearman for g in report.groups if np.isfinite(g.spearman)]
     if rhos:
         lines.append(f"  mean rho over {len(rhos)} groups: {np.mean(rhos):.2f}")
-    big = [g for g in report.groups if np.isfinite(g.spearman) and len(g.record_ids) >= 3]
+    big = ranking_groups(report.groups)
     if big:
         lines.append(f"  mean rho over {len(big)} groups of 3 or more rows "
                      f"(weighted by size): {weighted_spearman(report.groups):.2f}")
