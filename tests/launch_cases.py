@@ -8,16 +8,20 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Plan, Workload
 from autoconfig.launch.spec import launch_spec
-from autoconfig.training.stack import load_stack
+from autoconfig.training.stack import load_stack, with_overrides
 
 DATA = Path(__file__).resolve().parent / "data"
 
 CASES = {
-    # name: (model, gpu, nodes, gbs, seq, precision, plan, stack)
+    # name: (model, gpu, nodes, gbs, seq, precision, plan, stack or (stack, overrides))
     "gpt3-175b-bf16-vp-selective": ("gpt3-175b", "a100-80gb", 128, 1536, 2048, "bf16",
                                     Plan(tp=8, pp=8, dp=16, vp=3, sp=True, mbs=1,
                                          recompute="selective", distributed_optimizer=True),
                                     "megatron-lm"),
+    "gpt3-175b-bf16-vp-blocking-p2p": ("gpt3-175b", "a100-80gb", 128, 1536, 2048, "bf16",
+                                       Plan(tp=8, pp=8, dp=16, vp=2, sp=True, mbs=1,
+                                            recompute="selective"),
+                                       ("megatron-lm", {"overlap_p2p_comm": False})),
     "gpt3-175b-bf16-full-uniform": ("gpt3-175b", "a100-80gb", 128, 1536, 2048, "bf16",
                                     Plan(tp=8, pp=16, dp=8, mbs=1, recompute="full",
                                          recompute_method="uniform", recompute_num_layers=1),
@@ -54,10 +58,12 @@ CASES = {
 
 def case_spec(name: str, base=None):
     model, gpu, nodes, gbs, seq, precision, plan, stack = CASES[name]
+    stack, overrides = stack if isinstance(stack, tuple) else (stack, {})
     chosen = load_stack(stack)
     return launch_spec(get_model(model), Workload(gbs, seq, precision), plan,
                        Cluster(get_gpu(gpu), nodes, get_gpu(gpu).gpus_per_node),
-                       software=chosen.features, stack=chosen.name, base=base)
+                       software=with_overrides(chosen.features, **overrides),
+                       stack=chosen.name, base=base)
 
 
 def recorded(name: str) -> dict:

@@ -124,6 +124,9 @@ def test_nemo1_overrides_compose_and_match(name):
         assert model["account_for_embedding_in_pipeline_split"] is True
     elif p.first_stage_layers:
         assert model["num_layers_in_first_pipeline_stage"] == p.first_stage_layers
+    if spec.interleaved:   # the yaml's own default is batched, blocking sends
+        assert model["overlap_p2p_comm"] == spec.software.overlap_p2p_comm
+        assert model["batch_p2p_comm"] == (not spec.software.overlap_p2p_comm)
     # Transformer Engine where fp8 or CP needs it (always, here)
     assert model["transformer_engine"] is True
     assert model["fp8"] == (w.precision == "fp8")
@@ -178,6 +181,9 @@ def test_bridge_recipe_fields_exist(name):
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
              and getattr(n.func, "id", "") == "get_mixed_precision_config"]
     assert calls and calls[0].args[0].value in data["mixed_precision_recipes"]
+    overlap = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+               and getattr(n.func, "id", "") == "CommOverlapConfig"]
+    assert overlap and {k.arg for k in overlap[0].keywords} <= set(fields["comm_overlap"])
 
 
 class _Section(types.SimpleNamespace):
@@ -244,6 +250,9 @@ def test_bridge_recipe_values_match(name, monkeypatch):
     assert cfg.model.init_method_std == pytest.approx(b.init_method_std, rel=1e-5)
     assert cfg.ddp.overlap_grad_reduce == spec.software.overlap_grad_reduce
     assert cfg.comm_overlap.tp_comm_overlap == spec.tp_comm_overlap
+    if spec.interleaved:
+        assert cfg.comm_overlap.overlap_p2p_comm == spec.software.overlap_p2p_comm
+        assert cfg.comm_overlap.batch_p2p_comm == (not spec.software.overlap_p2p_comm)
     assert ("fp8" in cfg.mixed_precision.name) == (w.precision == "fp8")
     assert cfg.dataset.blend == (["/data/my_text_document"], None)
     if m.family == "llama3":

@@ -215,6 +215,21 @@ def test_scatter_gather_divides_pipeline_sends_by_tp():
     assert split < whole / 4  # bytes / 8, plus the same per-send latency
 
 
+def test_interleaved_pipeline_sends_hide_behind_compute_only_when_overlapped():
+    """Megatron overlaps the interleaved schedule's sends (overlap_p2p_comm): each
+    transfer hides behind a chunk's compute. Without VP (1F1B) or with the overlap
+    off every send/receive waits on the compute stream; off, VP multiplies them."""
+    on, off = SoftwareFeatures(overlap_p2p_comm=True), SoftwareFeatures(overlap_p2p_comm=False)
+    interleaved = plan(vp=2)
+    hidden = one(interleaved, software=on)["pp_p2p_s"]
+    blocking = one(interleaved, software=off)["pp_p2p_s"]
+    assert 0 < hidden < blocking / 20   # only the fill and drain transfers remain
+    assert one(plan(), software=on)["pp_p2p_s"] == one(plan(), software=off)["pp_p2p_s"]
+    assert blocking == pytest.approx(2 * one(plan(), software=off)["pp_p2p_s"])
+    assert one(interleaved, software=on)["step_time_s"] < one(interleaved, software=off)[
+        "step_time_s"]
+
+
 def test_the_slowest_stage_of_an_uneven_split_sets_the_step():
     """GPT-3 175B (96 layers) on 16 stages: 6 each (the last also runs the output
     layer, about a third of a layer here), or 7 + 14 x 6 + 5, or 5 + 14 x 6 + 7.

@@ -128,6 +128,20 @@ def test_report_covers_every_source_and_groups_have_distinct_plans():
     assert all(len(g.record_ids) >= 3 for g in regrouped)
 
 
+def test_rank_groups_keep_fp8_recipes_apart_but_compare_bf16_with_fp8(runs):
+    """The model runs MXFP8 and FP8 alike, so an MXFP8 row never ranks against an FP8
+    plan; bf16 and FP8 (which it tells apart) share a group."""
+    from autoconfig.validation.scoring import group_key
+    assert runs["R0130"].fp8_recipe == "mxfp8" and runs["R0102"].fp8_recipe == ""
+    assert runs["R0174"].fp8_recipe == "current-scaling"
+    assert group_key(runs["R0130"]) != group_key(runs["R0102"])
+    assert group_key(runs["R0130"]) == group_key(runs["R0143"])
+    assert runs["R0258"].workload.precision == "fp8" and runs["R0234"].workload.precision == "bf16"
+    h100_144 = [r for r in runs.values() if r.usable and r.source_id == "S09"
+                and group_key(r).endswith("8xh100-80gb gbs144")]
+    assert {r.workload.precision for r in h100_144} == {"bf16", "fp8"}
+
+
 def test_validate_cli_prints_mape_lines():
     result = subprocess.run([sys.executable, "-m", "autoconfig", "validate", "--summary"],
                             capture_output=True, text=True, timeout=60)

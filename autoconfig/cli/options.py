@@ -142,6 +142,9 @@ def stack_options(func):
         click.option("--tp-async-backward/--no-tp-async-backward", default=None,
                      help="Override: backward TP collectives overlapped with weight-gradient "
                           "GEMMs (megatron-core default)."),
+        click.option("--overlap-p2p-comm/--no-overlap-p2p-comm", default=None,
+                     help="Override: pipeline sends of the interleaved schedule (VP > 1) "
+                          "overlapped with compute (Megatron-LM default)."),
         click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
                      help="Override for FSDP stacks: full-shard or shard-grad-op."),
     ]

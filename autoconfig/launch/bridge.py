@@ -99,6 +99,16 @@ def _render_value(v) -> str:
     return str(v) if isinstance(v, _Name) else _py(v)
 
 
+def _comm_overlap_args(spec: LaunchSpec) -> str:
+    """CommOverlapConfig's arguments; the pipeline ones only for the interleaved
+    schedule, where Bridge would otherwise choose them itself."""
+    args = [f"tp_comm_overlap={spec.tp_comm_overlap!r}"]
+    if spec.interleaved:
+        args += [f"overlap_p2p_comm={spec.overlap_p2p_comm!r}",
+                 f"batch_p2p_comm={not spec.overlap_p2p_comm!r}"]
+    return ", ".join(args)
+
+
 def bridge_text(spec: LaunchSpec) -> str:
     """bridge_recipe.py."""
     module, function = spec.family.bridge_recipe.split(":")
@@ -121,7 +131,7 @@ def bridge_text(spec: LaunchSpec) -> str:
              f"    cfg = {function}()",
              f"    cfg.mixed_precision = get_mixed_precision_config("
              f"{MIXED_PRECISION[spec.fp8_recipe]!r})",
-             f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={spec.tp_comm_overlap!r})"]
+             f"    cfg.comm_overlap = CommOverlapConfig({_comm_overlap_args(spec)})"]
     body = [f"    cfg.{key} = {_render_value(value)}" for key, value in assignments(spec)]
     tail = ['    data_path = os.environ.get("DATA_PATH")',
             "    if data_path:",

@@ -102,6 +102,9 @@ def stack_args(spec: LaunchSpec) -> list[str]:
         args.append("--overlap-param-gather")
     if spec.grad_reduce_dtype == "bf16":
         args.append("--grad-reduce-in-bf16")
+    if spec.interleaved and not spec.overlap_p2p_comm:
+        # Megatron-LM overlaps interleaved pipeline sends by default.
+        args.append("--no-overlap-p2p-communication")
     return args
 
 

@@ -89,6 +89,10 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     o.update({"model.transformer_engine": True,
               "model.ub_tp_comm_overlap": spec.tp_comm_overlap,
               "model.fp8": w.precision == "fp8"})
+    if spec.interleaved:
+        # NeMo 1's yaml leaves interleaved pipeline sends batched and blocking.
+        o.update({"model.overlap_p2p_comm": spec.overlap_p2p_comm,
+                  "model.batch_p2p_comm": not spec.overlap_p2p_comm})
     if w.precision == "fp8":
         o["model.fp8_hybrid"] = spec.fp8_format == "hybrid"
         o["model.fp8_recipe"] = spec.fp8_recipe

@@ -174,6 +174,16 @@ class LaunchSpec:
         return self.software.tp_comm_overlap and self.plan.tp > 1 and self.plan.sp
 
     @property
+    def interleaved(self) -> bool:
+        """The interleaved 1F1B schedule (PP > 1 with VP > 1)."""
+        return self.plan.pp > 1 and self.plan.vp > 1
+
+    @property
+    def overlap_p2p_comm(self) -> bool:
+        """Pipeline sends overlapped with compute: only the interleaved schedule can."""
+        return self.software.overlap_p2p_comm and self.interleaved
+
+    @property
     def attention_backend(self) -> str:
         """Megatron-LM --attention-backend for the attention the prediction assumed."""
         if not self.software.flash_attention:

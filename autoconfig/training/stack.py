@@ -57,6 +57,13 @@ class SoftwareFeatures:
     al. 2021, Sec. 4.1 "scatter/gather optimization"), so each rank sends 1/t of s*b*h;
     with SP the activation is sharded anyway. DeepSpeed's PipelineEngine does the same
     with TP > 1 (partitioned pipe buffers and gradients)."""
+    overlap_p2p_comm: bool = True
+    """Pipeline sends and receives of the interleaved schedule (VP > 1) run
+    asynchronously behind the next model chunk's compute (megatron-core
+    ``overlap_p2p_comm``; Megatron-LM's default, ``--no-overlap-p2p-communication``
+    turns it off; the Megatron-Bridge recipes set it whenever VP > 1). Without VP,
+    or off, each micro-batch's send/receive pair waits on the compute stream
+    (1F1B's blocking ``send_forward_recv_backward``), so all of it is exposed."""
     framework: str = "megatron-core"
     """Training framework (``megatron-core``, ``megatron-deepspeed`` or
     ``pytorch-fsdp``): picks the per-layer per-micro-batch fixed cost of
@@ -172,7 +179,8 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "overlap_param_gather": "overlap_param_gather",
                     "fused_attention": "flash_attention",
                     "p2p_scatter_gather": "p2p_scatter_gather",
-                    "tp_async_backward": "tp_async_backward"}
+                    "tp_async_backward": "tp_async_backward",
+                    "overlap_p2p_comm": "overlap_p2p_comm"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""

@@ -16,6 +16,11 @@ a fixed per-layer per-micro-batch framework cost
 (``PerfConstants.layer_overhead_s`` of ``SoftwareFeatures.framework``), which
 makes small micro-batches slower than their FLOPs say.
 
+``p2p`` counts every pipeline send and receive where they block the compute
+stream (1F1B; Megatron-DeepSpeed; 2021 Megatron) and only what a chunk's
+compute cannot hide where the interleaved schedule overlaps them
+(``SoftwareFeatures.overlap_p2p_comm``: ``_exposed_p2p_s``).
+
 Every term is per GPU of the slowest stage. The constants live in ``heuristics/perf.yaml``;
 the software features of the run (flash attention, overlapped gradient
 reduce, gradient reduce dtype) in ``SoftwareFeatures``.
@@ -250,7 +255,8 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     pp_bw = np.where(t * cp * dp * pp <= cluster.nvlink_domain_gpus,
                      gpu.nvlink_bandwidth_gb_per_s, gpu.internode_bandwidth_gb_per_s)
     p2p_one = p2p_s(p2p_bytes, pp_bw * 1e9 * c.comm_bandwidth_efficiency, c.comm_latency_s)
-    pp_p2p = np.where(pp > 1, micro * vp * 2.0 * p2p_one, 0.0)
+    pp_p2p = np.where(pp > 1, _exposed_p2p_s(p2p_one, micro, vp, pick["total"],
+                                             sw.overlap_p2p_comm), 0.0)
 
     # Gradients and optimizer state: the last stage holds the output layer, the most parameters.
     layers = stages["last"]
@@ -272,6 +278,25 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
         pp_p2p_s=pp_p2p, dp_comm_s=dp_comm, optimizer_s=optimizer, step_time_s=step,
         tokens_per_s_per_gpu=tokens_per_gpu, model_tflops_per_gpu=model_tflops,
         mfu=model_tflops / gpu.peak_tflops(workload.precision))
+
+
+def _exposed_p2p_s(p2p_one_s, micro, vp, microbatch_s, overlapped: bool):
+    """Pipeline send/receive seconds on the slowest stage's critical path.
+
+    Each micro-batch crosses every chunk boundary twice (activation forward,
+    gradient backward): ``micro * vp * 2`` transfers. Blocking (1F1B, or the
+    interleaved schedule without ``overlap_p2p_comm``) every transfer waits on
+    the compute stream. Overlapped (interleaved, megatron-core ``overlap_p2p_comm``)
+    a transfer is posted asynchronously and waited on only when the next chunk
+    needs it, so it hides behind one chunk's forward and backward
+    (``microbatch_s / vp``); only what exceeds that, plus one fill and one drain
+    transfer that nothing precedes, is exposed.
+    """
+    blocking = micro * vp * 2.0 * p2p_one_s
+    if not overlapped:
+        return blocking
+    hidden = micro * vp * np.maximum(2.0 * p2p_one_s - microbatch_s / vp, 0.0) + 2.0 * p2p_one_s
+    return np.where(vp > 1, hidden, blocking)
 
 
 def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, layers,

@@ -118,6 +118,10 @@ class Run:
     """False where the source says its timing is not a tuned benchmark (Megatron CI in
     deterministic mode): used for memory and plan ranking, not for throughput MAPE."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    fp8_recipe: str = ""
+    """The FP8 scaling recipe where the row names one (``mxfp8``, ``current-scaling``);
+    empty for bf16 and for FP8 without a stated recipe. The model runs every recipe
+    as ``fp8``, so plans are ranked only against plans of the same recipe."""
 
     @property
     def usable(self) -> bool:
@@ -163,6 +167,17 @@ def _gpu_name(gpu_type: str) -> str | None:
     if "A100" in text:
         return "a100-40gb" if "2020" in text or "A100 40GB" in text else "a100-80gb"
     return None
+
+
+def _fp8_recipe(text: str) -> str:
+    """The FP8 recipe a precision text names: MXFP8 (also written FP8-MX), current
+    scaling (FP8-CS); empty otherwise."""
+    text = text.upper()
+    if "FP8" not in text:
+        return ""
+    if "MX" in text:
+        return "mxfp8"
+    return "current-scaling" if "FP8-CS" in text else ""
 
 
 def _precision(text: str) -> str | None:
@@ -228,7 +243,7 @@ def row_to_run(row: dict) -> Run:
                memory_bytes=_memory_bytes(row), oom=mem_text == "OOM",
                memory_kind=_memory_kind(row), memory_stage=_memory_stage(row),
                memory_recipe=_memory_recipe(row, settings), skip_reason=reason,
-               assumptions=tuple(assumptions),
+               assumptions=tuple(assumptions), fp8_recipe=_fp8_recipe(row["precision"]),
                throughput_benchmark=bool(settings.get("throughput_benchmark", True)))
 
 

@@ -165,10 +165,15 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def group_key(run: Run) -> str:
-    """One setting: same source, model shape, GPU type and count, and global batch."""
+    """One setting: same source, model shape, GPU type and count, global batch and
+    named FP8 recipe (recipes differ in speed in ways the model does not represent,
+    so an MXFP8 run is no evidence on how a plan run in another FP8 recipe ranks;
+    bf16 and FP8 stay comparable)."""
     m = run.model
+    recipe = f" {run.fp8_recipe}" if run.fp8_recipe else ""
     return (f"{run.source_id} {m.num_layers}L h{m.hidden_size} a{m.num_heads} "
-            f"{run.cluster.num_gpus}x{run.cluster.gpu.name} gbs{run.workload.global_batch_size}")
+            f"{run.cluster.num_gpus}x{run.cluster.gpu.name} gbs{run.workload.global_batch_size}"
+            f"{recipe}")
 
 
 def rank_groups(rows: list[RowResult], min_size: int = MIN_GROUP) -> list[GroupResult]:
