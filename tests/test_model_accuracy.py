@@ -17,9 +17,9 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 2.8, "S08": 3.9, "S09": 6.9, "S10": 5.8,
-                   "S15": 14.5}
-PINNED_OVERALL_PCT = 6.5
+PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 2.8, "S08": 3.9, "S09": 6.9, "S10": 4.8,
+                   "S15": 14.4}
+PINNED_OVERALL_PCT = 6.4
 PINNED_SPEARMAN = 0.79
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below)."""
 

@@ -457,3 +457,28 @@ def test_attention_efficiency_must_be_kernel_then_generation(tmp_path):
     path.write_text(flat)
     with pytest.raises(CatalogError, match="attention_efficiency"):
         load_constants(path)
+
+
+def test_unfused_attention_slows_to_cuda_cores_when_heads_break_alignment():
+    """Head dimension 108 (BLOOM's 13824 hidden over 128 heads) is no multiple of 8:
+    the unfused score and context GEMMs leave the tensor cores for the CUDA cores,
+    4x slower on an A100 (78 against 312 TFLOPS); 104 (13312 / 128) stays aligned.
+    Fused attention and a GPU without a published non-tensor peak are untouched."""
+    unfused = SoftwareFeatures(flash_attention=False)
+    p = plan(recompute="full")
+
+    def attention_s(hidden, gpu=A100, software=unfused):
+        model = dataclasses.replace(GPT3, hidden_size=hidden, num_heads=128, num_kv_heads=128,
+                                    ffn_hidden_size=4 * hidden)
+        cluster = cluster_from_gpus(gpu, 1024, 8)
+        base = one(p, model=model, cluster=cluster, software=software)
+        faster = dataclasses.replace(gpu, peak_fp16_vector_tflops=None)
+        plain = one(p, model=model, cluster=cluster_from_gpus(faster, 1024, 8), software=software)
+        return base["step_time_s"], plain["step_time_s"]
+
+    misaligned, without_penalty = attention_s(13824)
+    assert misaligned > without_penalty * 1.05
+    aligned, same = attention_s(13312)
+    assert aligned == same
+    fused, fused_plain = attention_s(13824, software=SoftwareFeatures())
+    assert fused == fused_plain

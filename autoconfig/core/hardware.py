@@ -42,6 +42,10 @@ class GPU:
     node_power_w: float | None = None
     """Maximum power of the whole usual node (GPUs, CPUs, NICs, fans) in watts,
     from the system datasheet; ``None`` where none is published."""
+    peak_fp16_vector_tflops: float | None = None
+    """FP16 peak of the CUDA cores (no tensor cores), from the architecture
+    whitepaper: what a half-precision GEMM whose operands break the tensor cores'
+    16-byte alignment runs at; ``None`` where none is published."""
 
     @property
     def hbm_capacity_bytes(self) -> float:

@@ -365,6 +365,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         # whole score matrix, at GEMM efficiency with the 1/K (= 1/d) traffic term
         # (the s x s scores are written to HBM); backward = 2 x forward, like any GEMM.
         attn = gemm(4.0 * s * model.hidden_size / t, s, model.head_dim, m=s / cp)
+        attn = attn * _misaligned_head_slowdown(model, gpu)
         attn_bwd = 2.0 * attn
     linear = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, True)
     total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
@@ -378,6 +379,25 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
             "column_parallel_gemms": (gemms[0], gemms[2]),
             "scores": factor * (total - linear), "logits": logits,
             "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm)}
+
+
+def _misaligned_head_slowdown(model: ModelSpec, gpu: GPU) -> float:
+    """How much slower unfused attention's batched GEMMs run when the head dimension
+    breaks the tensor cores' alignment.
+
+    Each head's score and context GEMMs have the head dimension d as their K (or
+    N) and as the stride between heads. Half-precision tensor-core kernels load
+    operands in 16-byte vectors, so they need d a multiple of 8 elements (NVIDIA
+    Matrix Multiplication Background User's Guide, "Tensor Core Requirements":
+    FP16 dimensions in multiples of 8); otherwise cuBLAS runs the GEMM on the CUDA
+    cores, at the GPU's non-tensor FP16 peak instead of its tensor-core peak
+    (A100: 78 against 312 TFLOPS, a factor 4). Fused (flash) attention kernels
+    take only aligned head dimensions, so this concerns the unfused path. 1 where
+    d is aligned or the GPU publishes no non-tensor figure.
+    """
+    if model.head_dim % 8 == 0 or not gpu.peak_fp16_vector_tflops:
+        return 1.0
+    return gpu.peak_bf16_tflops / gpu.peak_fp16_vector_tflops
 
 
 def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
