@@ -393,7 +393,9 @@ def _misaligned_head_slowdown(model: ModelSpec, gpu: GPU) -> float:
     cores, at the GPU's non-tensor FP16 peak instead of its tensor-core peak
     (A100: 78 against 312 TFLOPS, a factor 4). Fused (flash) attention kernels
     take only aligned head dimensions, so this concerns the unfused path. 1 where
-    d is aligned or the GPU publishes no non-tensor figure.
+    d is aligned or the GPU publishes no non-tensor figure. The FP16 figure: the
+    model does not tell fp16 from bf16 (A100's non-tensor BF16 peak is half, 39
+    TFLOPS), and the shipped rows that reach this term (BLOOM's search) ran fp16.
     """
     if model.head_dim % 8 == 0 or not gpu.peak_fp16_vector_tflops:
         return 1.0
