@@ -14,7 +14,9 @@ from tabulate import tabulate
 from autoconfig.cli.options import model_options, narrowing_options, pop_software, stack_options
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.plan import PRECISIONS
+from autoconfig.errors import InputError
 from autoconfig.training.inputs import DEFAULT_GPU, inputs_from_options
+from autoconfig.training.stack import LAUNCHED_FRAMEWORK
 
 
 def render_search(result, top: int, files: dict | None = None, spec=None) -> str:
@@ -29,7 +31,8 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
              tabulate(top_rows(result, top), headers=TOP_HEADERS), ""]
     lines += rejection_lines(result)
     if spec is not None:
-        lines += ["", f"launch files: hyper-parameters from {spec.base_source}"]
+        lines += ["", f"launch files: hyper-parameters from {spec.base_source}"
+                  if spec.launchable else spec.not_launchable_reason]
     if files:
         lines += ["", "wrote:"] + [f"  {path}" for path in files.values()]
     return "\n".join(lines)
@@ -84,6 +87,10 @@ def search(**options) -> None:
     if profiling.profile:
         check_options(profiling)
     stack, software = pop_software(options, _base_stack(options.get("base")))
+    if profiling.profile and software.framework != LAUNCHED_FRAMEWORK:
+        raise InputError(f"--profile runs {LAUNCHED_FRAMEWORK} training steps, and stack "
+                         f"{stack.name} runs {software.framework}: profile with --stack "
+                         "megatron-lm or nemo, or drop --profile")
     inputs = inputs_from_options(stack=stack, software=software, **options)
     result = search_inputs(inputs)
     spec = spec_from_result(result, base=_base_config(options.get("base")),

@@ -11,7 +11,9 @@ NEMO_NAME = "nemo_overrides.txt"
 
 
 def launch_texts(spec: LaunchSpec) -> dict[str, tuple[str, str]]:
-    """key -> (file name, text) for every target."""
+    """key -> (file name, text) for every target (none for a stack they do not run)."""
+    if not spec.launchable:
+        return {}
     return {
         "megatron": (MEGATRON_NAME, megatron_lm.megatron_args_script(spec)),
         "sbatch": (SBATCH_NAME, sbatch.render_sbatch(spec)),
@@ -26,7 +28,7 @@ def launch_document(spec: LaunchSpec) -> dict:
     """The launch part of best.yaml / best.json: hyper-parameters with their origin,
     the derived schedule and every target's arguments."""
     b = spec.base
-    return {
+    document = {
         "hyperparameters": {
             "source": spec.base_source,
             "tokens": float(b.tokens), "lr": b.lr, "min_lr": b.min_lr,
@@ -45,7 +47,13 @@ def launch_document(spec: LaunchSpec) -> dict:
                   "overlap_grad_reduce": spec.software.overlap_grad_reduce,
                   "overlap_param_gather": spec.overlap_param_gather,
                   "grad_reduce_dtype": spec.grad_reduce_dtype,
+                  "overlap_p2p_comm": spec.overlap_p2p_comm,
                   "attention_backend": spec.attention_backend},
+    }
+    if not spec.launchable:
+        return {**document, "not_written": spec.not_launchable_reason}
+    return {
+        **document,
         "tokenizer": {"type": spec.family.tokenizer_type, "model": spec.family.tokenizer_model,
                       "vocab_size": spec.family.tokenizer_vocab_size,
                       "make_vocab_size_divisible_by": spec.vocab_divisor,

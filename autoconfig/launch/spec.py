@@ -18,8 +18,8 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload, counts_embedding_and_loss, stage_layers
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import load_heuristics
-from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, grad_reduce_dtype,
-                                       load_stack)
+from autoconfig.training.stack import (DEFAULT_STACK, LAUNCHED_FRAMEWORK, SoftwareFeatures,
+                                       grad_reduce_dtype, load_stack)
 from autoconfig.yamlio import sourced_field
 
 MAX_VOCAB_DIVISOR = 1024
@@ -172,6 +172,18 @@ class LaunchSpec:
     def tp_comm_overlap(self) -> bool:
         """Userbuffers overlap needs TP > 1 with sequence parallelism."""
         return self.software.tp_comm_overlap and self.plan.tp > 1 and self.plan.sp
+
+    @property
+    def launchable(self) -> bool:
+        """The launch targets (Megatron-LM, Megatron-Bridge, NeMo) run megatron-core;
+        a plan predicted for another framework gets none."""
+        return self.software.framework == LAUNCHED_FRAMEWORK
+
+    @property
+    def not_launchable_reason(self) -> str:
+        return (f"no launch files: the plan was predicted for stack {self.stack} "
+                f"({self.software.framework}), and autoconfig writes Megatron-LM, "
+                f"Megatron-Bridge and NeMo launches, which run {LAUNCHED_FRAMEWORK}")
 
     @property
     def interleaved(self) -> bool:

@@ -161,6 +161,8 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
 
 def run_it_lines(spec: LaunchSpec) -> list[str]:
     """The three ways to launch the winner (markdown)."""
+    if not spec.launchable:
+        return [f"Hyper-parameters: {spec.base_source}.", "", spec.not_launchable_reason + ".", ""]
     lines = [f"Hyper-parameters: {spec.base_source}.", "",
              f"Megatron-LM on SLURM (`{SBATCH_NAME}`; the arguments alone: `{MEGATRON_NAME}`):",
              "", "```bash",

@@ -6,7 +6,7 @@ from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, stage_brea
                                         usable_bytes)
 from autoconfig.training.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
 from autoconfig.training.space import check_plan
-from autoconfig.training.stack import SoftwareFeatures, grad_reduce_dtype
+from autoconfig.training.stack import SoftwareFeatures, check_runnable, grad_reduce_dtype
 
 
 def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
@@ -16,6 +16,7 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
     (tensors alone as torch's max_memory_allocated counts them, and on the
     device with allocator and context overhead, as nvidia-smi shows)."""
     check_plan(model, workload, cluster, plan)
+    check_runnable(plan, software, stack or "given")
     table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]), software,
                           recipe)
     row = table.iloc[0]

@@ -281,6 +281,9 @@ def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stag
         weights = weights + linear_params(model, plans.tp, layers) * constants.fp8_weight_cache_bytes
     grads = params * grad_bytes_per_param(states, software)
     optimizer = params * sharded
+    if software.param_gathers_per_microbatch > 0:
+        weights, grads, optimizer = _fully_sharded_states(
+            model, plans, params, layers, shards, states, software)
     activations = _stage_activations(plans, terms, stage)
     logits = np.where(holds_output, _logits_bytes(model, workload, plans, constants), 0.0)
     allocated = weights + grads + optimizer + activations + logits
@@ -290,6 +293,27 @@ def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stag
                            optimizer_bytes=optimizer, activations_bytes=activations,
                            logits_bytes=logits, overhead_bytes=overhead,
                            total_bytes=allocated + overhead)
+
+
+def _fully_sharded_states(model: ModelSpec, plans: PlanTable, params, layers, shards,
+                          states: StateRecipe, software: SoftwareFeatures):
+    """(weights, gradients, optimizer) bytes per GPU under PyTorch FSDP (Zhao et al.
+    2023, "PyTorch FSDP", Sec. 3; ``SoftwareFeatures.param_gathers_per_microbatch``).
+
+    Each transformer layer is one FSDP unit; the root unit (embeddings, final norm,
+    output layer) stays gathered. The fp32 master weights, Adam moments and the
+    reduced gradients are sharded over the data-parallel ranks. The bf16 weights
+    are gathered per unit: FULL_SHARD (2 gathers per micro-batch) frees each unit
+    after use, so the unit running and the one prefetched are held; SHARD_GRAD_OP
+    (1 gather) keeps every unit from forward to backward. One unit's unsharded
+    gradient waits for its reduce-scatter."""
+    unit = stage_params(model, plans.tp, np.ones_like(layers), "middle", plans.pp == 1)
+    root = params - layers * unit
+    full_shard = software.param_gathers_per_microbatch >= 2
+    gathered = np.where(full_shard, root + np.minimum(layers, 2) * unit, params)
+    grad = grad_bytes_per_param(states, software)
+    return (gathered * states.weight_bytes, params * grad / shards + unit * grad,
+            params * states.sharded_bytes / shards)
 
 
 def allocated_bytes(breakdown: MemoryBreakdown) -> np.ndarray:

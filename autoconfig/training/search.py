@@ -19,8 +19,10 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
-from autoconfig.training.space import R_MEMORY, AxisChoices, PlanSpace, divisors, enumerate_plans
-from autoconfig.training.stack import DEFAULT_STACK, SoftwareFeatures, load_stack
+from autoconfig.training.space import (R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
+                                       enumerate_plans)
+from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, cannot_run_error,
+                                       load_stack)
 
 OBJECTIVES = ("throughput", "memory")
 GIB = 2.0 ** 30
@@ -83,11 +85,12 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     ``DEFAULT_STACK``) is what the memory and step-time models assume."""
     stack = stack or DEFAULT_STACK
     software = software or load_stack(stack).features
+    choices = runnable_choices(choices, software, stack)
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
     if workload.precision == "fp8":
         cluster.gpu.peak_tflops("fp8")  # InputError on GPUs without FP8
-    space = enumerate_plans(model, workload, cluster, choices)
+    space = runnable_recompute(enumerate_plans(model, workload, cluster, choices), software)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(workload, cluster, space))
     mem = memory.memory_breakdown(model, workload, space.plans, software=software)
@@ -107,6 +110,54 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     return SearchResult(model=model, workload=workload, cluster=cluster, objective=objective,
                         plans=plans, table=table, rejected=rejected,
                         considered=space.considered, software=software, stack=stack)
+
+
+def runnable_choices(choices: AxisChoices, software: SoftwareFeatures,
+                     stack: str) -> AxisChoices:
+    """``choices`` narrowed to the plans ``stack`` can run (``SoftwareFeatures.cannot_run``);
+    InputError where the user asked for a feature it lacks."""
+    cannot = set(software.cannot_run)
+    changes: dict = {}
+    for axis in ("tp", "pp", "vp", "cp"):
+        asked = getattr(choices, axis)
+        if axis in cannot:
+            if asked is not None and max(asked) > 1:
+                raise cannot_run_error(stack, axis, f"{axis} {max(asked)}")
+            changes[axis] = (1,)
+    if "sp" in cannot:
+        if choices.sp == "on":
+            raise cannot_run_error(stack, "sp", "sp")
+        changes["sp"] = "off"
+    if "selective_recompute" in cannot:
+        if choices.recompute is not None and "selective" in choices.recompute:
+            raise cannot_run_error(stack, "selective_recompute", "recompute selective")
+        changes["recompute"] = tuple(k for k in (choices.recompute or RECOMPUTE_KINDS)
+                                     if k != "selective")
+    if software.param_gathers_per_microbatch > 0:
+        # FSDP shards the optimizer state whatever the plan says: one variant, not two.
+        if choices.distributed_optimizer == "off":
+            raise InputError(f"stack {stack} always shards the optimizer state (fully sharded "
+                             "data parallel): use --distributed-optimizer on or auto")
+        changes["distributed_optimizer"] = "on"
+    return replace(choices, **changes) if changes else choices
+
+
+def runnable_recompute(space: PlanSpace, software: SoftwareFeatures) -> PlanSpace:
+    """``space`` without the full-recompute variants the stack has no method for
+    (``block_recompute``, ``grouped_recompute`` in ``SoftwareFeatures.cannot_run``),
+    counted under ``R_STACK``."""
+    p = space.plans
+    full = p.recompute == RECOMPUTE_KINDS.index("full")
+    method = p.recompute_method
+    drop = np.zeros(len(p), dtype=bool)
+    if "block_recompute" in software.cannot_run:
+        drop |= full & (method == RECOMPUTE_METHODS.index("block"))
+    if "grouped_recompute" in software.cannot_run:
+        drop |= full & (method == RECOMPUTE_METHODS.index("uniform")) & (p.recompute_num_layers > 1)
+    if not drop.any():
+        return space
+    return PlanSpace(plans=p.take(~drop), rejected={**space.rejected, R_STACK: int(drop.sum())},
+                     considered=space.considered)
 
 
 def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable,

@@ -61,8 +61,9 @@ R_SP_TP = "sp needs tp > 1"
 R_SP_SEQ = "seq/cp not divisible by tp (sp)"
 R_GBS = "gbs not divisible by mbs*dp"
 R_VP_MB = "vp needs micro-batches multiple of pp"
+R_STACK = "recompute method the stack does not have"
 R_MEMORY = "exceeds memory"
-REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_MEMORY)
+REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_STACK, R_MEMORY)
 
 
 @dataclass(frozen=True)

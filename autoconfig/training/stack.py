@@ -30,6 +30,20 @@ FSDP_SHARDING = {"full-shard": 2, "shard-grad-op": 1}
 FULL_SHARD gathers in forward and again in backward; SHARD_GRAD_OP keeps them)."""
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
 ATTENTION_KERNELS = ("fused", "llm-foundry")
+PLAN_FEATURES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
+                 "vp": "the interleaved pipeline schedule",
+                 "sp": "sequence parallelism", "cp": "context parallelism",
+                 "selective_recompute": "selective recompute",
+                 "block_recompute": "block recompute (only the first layers of each chunk)",
+                 "grouped_recompute": "recompute of groups of several layers"}
+"""Plan features a stack may lack (``SoftwareFeatures.cannot_run``) -> what they are."""
+WITHOUT = {"tp": "--tp 1", "pp": "--pp 1", "vp": "--vp 1", "sp": "sp off", "cp": "--cp 1",
+           "selective_recompute": "--recompute none or full",
+           "block_recompute": "--recompute-method uniform",
+           "grouped_recompute": "--recompute-num-layers 1"}
+"""How to ask for a plan without each feature."""
+LAUNCHED_FRAMEWORK = "megatron-core"
+"""The framework autoconfig's launch files (Megatron-LM, Megatron-Bridge, NeMo) run."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,10 @@ class SoftwareFeatures:
     turns it off; the Megatron-Bridge recipes set it whenever VP > 1). Without VP,
     or off, each micro-batch's send/receive pair waits on the compute stream
     (1F1B's blocking ``send_forward_recv_backward``), so all of it is exposed."""
+    cannot_run: tuple[str, ...] = ()
+    """Plan features (``PLAN_FEATURES``) the stack has no implementation of: the
+    search never proposes them and ``estimate`` refuses them (PyTorch FSDP is pure
+    data parallelism; DeepSpeed's pipeline engine has no interleaved schedule)."""
     framework: str = "megatron-core"
     """Training framework (``megatron-core``, ``megatron-deepspeed`` or
     ``pytorch-fsdp``): picks the per-layer per-micro-batch fixed cost of
@@ -146,6 +164,8 @@ def _load_stack_cached(path_text: str) -> Stack:
         sources.append((key, source))
         if key == "grad_reduce_dtype":
             key, value = "grad_reduce_bytes", _grad_bytes(value, str(path))
+        if key == "cannot_run":
+            value = tuple(value or ())
         values[key] = value
     features = SoftwareFeatures(**values)
     _check(features, str(path))
@@ -164,9 +184,41 @@ def _check(features: SoftwareFeatures, where: str) -> None:
     if features.framework not in FRAMEWORKS:
         raise CatalogError(f"{where}: unknown framework {features.framework!r}: allowed are "
                            f"{', '.join(FRAMEWORKS)}")
+    unknown = [f for f in features.cannot_run if f not in PLAN_FEATURES]
+    if unknown:
+        raise CatalogError(f"{where}: unknown plan feature(s) {', '.join(map(str, unknown))} in "
+                           f"cannot_run: allowed are {', '.join(PLAN_FEATURES)}")
     if features.attention_kernel not in ATTENTION_KERNELS:
         raise CatalogError(f"{where}: unknown attention kernel {features.attention_kernel!r}: "
                            f"allowed are {', '.join(ATTENTION_KERNELS)}")
+
+
+def plan_features_used(plan) -> dict[str, str]:
+    """The optional plan features a Plan uses -> how it uses them (e.g. ``"tp": "tp 2"``)."""
+    full = plan.recompute == "full"
+    used = {"tp": plan.tp > 1, "pp": plan.pp > 1, "vp": plan.vp > 1, "sp": plan.sp,
+            "cp": plan.cp > 1, "selective_recompute": plan.recompute == "selective",
+            "block_recompute": full and plan.recompute_method == "block",
+            "grouped_recompute": (full and plan.recompute_method == "uniform"
+                                  and plan.recompute_num_layers > 1)}
+    shown = {"tp": f"tp {plan.tp}", "pp": f"pp {plan.pp}", "vp": f"vp {plan.vp}", "sp": "sp",
+             "cp": f"cp {plan.cp}", "selective_recompute": "recompute selective",
+             "block_recompute": "recompute method block",
+             "grouped_recompute": f"recompute of {plan.recompute_num_layers} layers per group"}
+    return {name: shown[name] for name, on in used.items() if on}
+
+
+def cannot_run_error(stack: str, name: str, shown: str) -> InputError:
+    """The one-line error for a plan feature (``PLAN_FEATURES``) a stack lacks."""
+    return InputError(f"stack {stack} cannot run {shown}: it has no {PLAN_FEATURES[name]}; "
+                      f"use {WITHOUT[name]} or another --stack")
+
+
+def check_runnable(plan, features: SoftwareFeatures, stack: str) -> None:
+    """InputError naming the first plan feature ``stack`` cannot run, if any."""
+    for name, shown in plan_features_used(plan).items():
+        if name in features.cannot_run:
+            raise cannot_run_error(stack, name, shown)
 
 
 def grad_reduce_dtype(features: SoftwareFeatures) -> str:
