@@ -24,7 +24,6 @@ from autoconfig.yamlio import sourced_field
 
 MAX_VOCAB_DIVISOR = 1024
 """Largest --make-vocab-size-divisible-by tried (Megatron's default is 128)."""
-BLACKWELL_PREFIXES = ("b200", "b300", "gb200", "gb300")
 
 
 @dataclass(frozen=True)
@@ -148,9 +147,12 @@ class LaunchSpec:
         """Megatron-LM --fp8-recipe for the GPU generation (None for bf16)."""
         if self.workload.precision != "fp8":
             return None
-        key = ("blackwell" if self.cluster.gpu.name.startswith(BLACKWELL_PREFIXES)
-               else "hopper")
-        return str(_launch_data()["fp8_recipe"][key]["value"])
+        recipes = _launch_data()["fp8_recipe"]
+        generation = self.cluster.gpu.generation
+        if generation not in recipes:
+            raise CatalogError(f"no FP8 recipe for GPU generation {generation!r} in "
+                               f"heuristics/launch.yaml fp8_recipe: it has {', '.join(recipes)}")
+        return str(recipes[generation]["value"])
 
     @property
     def fp8_format(self) -> str | None:

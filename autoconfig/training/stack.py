@@ -31,7 +31,7 @@ FULL_SHARD gathers in forward and again in backward; SHARD_GRAD_OP keeps them)."
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
 ATTENTION_KERNELS = ("fused", "llm-foundry")
 PLAN_FEATURES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
-                 "vp": "the interleaved pipeline schedule",
+                 "vp": "interleaved pipeline schedule",
                  "sp": "sequence parallelism", "cp": "context parallelism",
                  "selective_recompute": "selective recompute",
                  "block_recompute": "block recompute (only the first layers of each chunk)",
