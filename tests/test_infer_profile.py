@@ -43,3 +43,13 @@ def test_profile_runs_real_inference_for_three_layouts_ranked_by_measured_latenc
     table = pd.read_csv(results / "infer_profile.csv")
     assert list(table["measured_latency_ms"]) == sorted(table["measured_latency_ms"])
     assert {"predicted_latency_ms", "predicted_ttft_ms", "predicted_tpot_ms"} <= set(table)
+    # The same command again resumes: every layout has its final record, nothing reruns,
+    # and the report is rebuilt from what the store holds.
+    again = subprocess.run([sys.executable, "-m", "autoconfig", *ARGS, "--profile", "--device",
+                            "cpu", "--executor", "local", "--top-k", "3", "-o", str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resume: 3 layout(s) already have a final record" in again.stdout + again.stderr
+    assert len(store.load_records(results)) == 3
+    rebuilt = pd.read_csv(results / "infer_profile.csv")
+    assert list(rebuilt["measured_latency_ms"]) == list(table["measured_latency_ms"])

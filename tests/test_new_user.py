@@ -74,6 +74,17 @@ def test_profile_without_torch_fails_up_front_with_the_install_command(tmp_path)
     assert not out.exists()                     # checked before the search, nothing launched
 
 
+def test_infer_profile_without_torch_fails_up_front_too(tmp_path):
+    out = tmp_path / "out"
+    proc = _autoconfig(["infer", "--model", "gpt3", "--size", "1.3b", "--gpus", "8",
+                        "--input-len", "16", "--output-len", "4", "--profile", "--device", "cpu",
+                        "-o", str(out)], tmp_path, sitecustomize=BLOCK_IMPORTS)
+    assert proc.returncode != 0
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "pip install 'autoconfig[profile]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()                     # checked before the search, nothing written
+
+
 def test_profile_where_no_plan_succeeds_exits_non_zero_naming_the_cause(tmp_path):
     out = tmp_path / "out"
     proc = _autoconfig([*TINY, "--tp", "1", "--pp", "1", "--profile", "--device", "cpu",

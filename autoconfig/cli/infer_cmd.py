@@ -103,10 +103,11 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
     options = None
     if profile:
-        from autoconfig.profiling.inference_sweep import InferProfileOptions
+        from autoconfig.profiling.inference_sweep import InferProfileOptions, check
         options = InferProfileOptions(device=device, executor=executor, top_k=top_k,
                                       max_minutes=max_minutes, max_parallel=max_parallel,
                                       partition=partition, account=account, dry_run=dry_run)
+        check(options)
     result = search(spec, workload, cluster, objective, limits, max_batch)
     out = Path(output_dir) if output_dir else (
         Path("autoconfig-out") / f"{spec.name}-{cluster.gpu.name}-infer")

@@ -58,6 +58,13 @@ class InferProfileOptions:
                                  "must be >= 1")
 
 
+def check(options: InferProfileOptions) -> None:
+    """The up-front checks of training profiling (executor, device, worker imports)."""
+    from autoconfig.profiling.sweep import check_worker
+    check_worker(launch.LaunchOptions(executor=options.executor, device=options.device),
+                 options.dry_run)
+
+
 def select(result: InferenceSearchResult, top_k: int, max_ranks: int | None) -> pd.DataFrame:
     """The predicted best row, then the best rows whose TP and PP sizes are both new,
     then whose TP or PP size is new, then a new (tp, pp) pair, until top_k."""
@@ -148,9 +155,20 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
                                    for k in ("dp", "cp", "vp", "sp", "mbs", "recompute",
                                              "recompute_method", "recompute_num_layers",
                                              "distributed_optimizer")})
-    records = launch.launch(items, lopts, results_dir,
-                            on_submitted=lambda: store.write_plans(results_dir, plans_table,
-                                                                   meta))
+    # Like training sweeps: one sweep per results directory at a time, and a re-run
+    # (after an interruption or a crash) runs only the layouts without a final record.
+    with store.lock(results_dir):
+        pending = set(store.pending_plans(results_dir, [item.plan for item in items]))
+        todo = [item for item in items if item.plan in pending]
+
+        def submitted() -> None:
+            store.write_plans(results_dir, plans_table, meta)
+            if len(todo) < len(items):
+                echo(f"resume: {len(items) - len(todo)} layout(s) already have a final record "
+                     f"in {results_dir}; running {len(todo)}")
+
+        launch.launch(todo, lopts, results_dir, on_submitted=submitted)
+        records = store.load_results(results_dir).to_dict("records")
     table = combine(chosen, specs, records)
     write_atomic(results_dir / REPORT_CSV, table.to_csv(index=False, float_format="%.6g",
                                                         lineterminator="\n"))

@@ -172,8 +172,14 @@ def check_options(options: ProfileOptions) -> None:
     launched: the executor can run jobs on this device here, and this Python
     can import what the profiling worker needs (found without importing it,
     so the CLI stays light). Flag values are checked when the options are built."""
-    executors.get(options.executor).check_environment(options.launch)
-    if options.dry_run:
+    check_worker(options.launch, options.dry_run)
+
+
+def check_worker(launch_options: launch.LaunchOptions, dry_run: bool) -> None:
+    """The executor can run jobs on the device here and, unless nothing is to run,
+    this Python can import the worker's modules (training and inference alike)."""
+    executors.get(launch_options.executor).check_environment(launch_options)
+    if dry_run:
         return
     missing = [dist for module, dist in WORKER_MODULES.items() if not _importable(module)]
     if missing:
