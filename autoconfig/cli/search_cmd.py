@@ -14,9 +14,8 @@ from tabulate import tabulate
 from autoconfig.cli.options import model_options, narrowing_options, pop_software, stack_options
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.plan import PRECISIONS
-from autoconfig.errors import InputError
 from autoconfig.training.inputs import DEFAULT_GPU, inputs_from_options
-from autoconfig.training.stack import LAUNCHED_FRAMEWORK
+from autoconfig.training.stack import check_profilable
 
 
 def render_search(result, top: int, files: dict | None = None, spec=None) -> str:
@@ -87,10 +86,8 @@ def search(**options) -> None:
     if profiling.profile:
         check_options(profiling)
     stack, software = pop_software(options, _base_stack(options.get("base")))
-    if profiling.profile and software.framework != LAUNCHED_FRAMEWORK:
-        raise InputError(f"--profile runs {LAUNCHED_FRAMEWORK} training steps, and stack "
-                         f"{stack.name} runs {software.framework}: profile with --stack "
-                         "megatron-lm or nemo, or drop --profile")
+    if profiling.profile:
+        check_profilable(software, stack.name, "use --stack megatron-lm or nemo, or drop --profile")
     inputs = inputs_from_options(stack=stack, software=software, **options)
     result = search_inputs(inputs)
     spec = spec_from_result(result, base=_base_config(options.get("base")),

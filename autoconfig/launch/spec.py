@@ -179,7 +179,7 @@ class LaunchSpec:
     def launchable(self) -> bool:
         """The launch targets (Megatron-LM, Megatron-Bridge, NeMo) run megatron-core;
         a plan predicted for another framework gets none."""
-        return self.software.framework == LAUNCHED_FRAMEWORK
+        return self.software.launchable
 
     @property
     def not_launchable_reason(self) -> str:

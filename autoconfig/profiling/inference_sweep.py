@@ -168,7 +168,7 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
                      f"in {results_dir}; running {len(todo)}")
 
         launch.launch(todo, lopts, results_dir, on_submitted=submitted)
-        records = store.load_results(results_dir).to_dict("records")
+        records = store.latest_records(results_dir)
     table = combine(chosen, specs, records)
     write_atomic(results_dir / REPORT_CSV, table.to_csv(index=False, float_format="%.6g",
                                                         lineterminator="\n"))

@@ -24,7 +24,6 @@ forward work per step, without a sampling broadcast.
 
 import contextlib
 import json
-import os
 import statistics
 import time
 import traceback

@@ -105,15 +105,20 @@ def load_records(out_dir: Path) -> list[dict]:
     return records
 
 
+def latest_records(out_dir: Path) -> list[dict]:
+    """The latest record of each plan, in the order plans first appeared."""
+    latest: dict[tuple, dict] = {}
+    for record in load_records(out_dir):
+        latest[plan_key(plan_from_record(record))] = record
+    return list(latest.values())
+
+
 def load_results(out_dir: Path) -> pd.DataFrame:
     """The latest record of each plan as a DataFrame (empty with plan columns if none)."""
-    records = load_records(out_dir)
+    records = latest_records(out_dir)
     if not records:
         return pd.DataFrame(columns=list(PLAN_FIELDS) + list(RESULT_FIELDS))
-    latest: dict[tuple, dict] = {}
-    for record in records:
-        latest[plan_key(plan_from_record(record))] = record
-    return pd.DataFrame(list(latest.values()))
+    return pd.DataFrame(records)
 
 
 def load_plans(out_dir: Path) -> pd.DataFrame:
@@ -128,14 +133,8 @@ def load_meta(out_dir: Path) -> dict:
 
 def finished_plans(out_dir: Path) -> set[Plan]:
     """Plans whose latest record has a final status."""
-    done = set()
-    latest: dict[tuple, dict] = {}
-    for record in load_records(out_dir):
-        latest[plan_key(plan_from_record(record))] = record
-    for record in latest.values():
-        if record.get("status") in FINAL_STATUSES:
-            done.add(plan_from_record(record))
-    return done
+    return {plan_from_record(record) for record in latest_records(out_dir)
+            if record.get("status") in FINAL_STATUSES}
 
 
 def pending_plans(out_dir: Path, plans: list[Plan]) -> list[Plan]:

@@ -135,34 +135,38 @@ def sweep_plots(df, out_dir: Path) -> list[Path]:
     days = "train_days" in ok.columns and ok["train_days"].notna().any()
     fig, axes = plt.subplots(2 if days else 1, len(models),
                              figsize=(4 * len(models), 7.2 if days else 3.8), squeeze=False)
-    if days:
-        for ax, model in zip(axes[1], models):
-            sub = ok[ok["model"] == model]
-            for (gpu, precision), group in sub.groupby(["gpu", "precision"], sort=False):
-                group = group.groupby("nodes", as_index=False).min(numeric_only=True)
-                ax.plot(group["nodes"], group["train_days"], marker="o",
-                        label=f"{gpu} {precision}")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("nodes")
-            ax.set_ylabel("days to train the sweep's tokens")
-            ax.legend(fontsize=7)
     for ax, model in zip(axes[0], models):
-        sub = ok[ok["model"] == model]
-        for (gpu, precision), group in sub.groupby(["gpu", "precision"], sort=False):
-            group = group.groupby("nodes", as_index=False).max(numeric_only=True)
+        for label, group in _per_gpu_by_nodes(ok[ok["model"] == model], "max"):
             ax.plot(group["nodes"], group["predicted_tokens_per_s_per_gpu"], marker="o",
-                    label=f"{gpu} {precision}")
+                    label=label)
             measured = group["measured_tokens_per_s_per_gpu"].dropna() \
                 if "measured_tokens_per_s_per_gpu" in group else []
             if len(measured):
                 ax.scatter(group["nodes"], group["measured_tokens_per_s_per_gpu"], marker="x")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("nodes")
-        ax.set_ylabel("tokens/s per GPU (best plan)")
+        _nodes_axis(ax, "tokens/s per GPU (best plan)")
         ax.set_title(model, fontsize=9)
-        ax.legend(fontsize=7)
+    if days:
+        for ax, model in zip(axes[1], models):
+            for label, group in _per_gpu_by_nodes(ok[ok["model"] == model], "min"):
+                ax.plot(group["nodes"], group["train_days"], marker="o", label=label)
+            _nodes_axis(ax, "days to train the sweep's tokens")
     fig.tight_layout()
     return [_save(fig, Path(out_dir) / SWEEP_SCALING)]
+
+
+def _per_gpu_by_nodes(sub, best: str):
+    """(label, one row per node count) per GPU type and precision of a model's rows;
+    ``best`` ("max" or "min") picks each node count's best setting."""
+    for (gpu, precision), group in sub.groupby(["gpu", "precision"], sort=False):
+        yield f"{gpu} {precision}", getattr(group.groupby("nodes", as_index=False),
+                                            best)(numeric_only=True)
+
+
+def _nodes_axis(ax, ylabel: str) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("nodes")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
 
 
 def profile_plots(table, out_dir: Path) -> list[Path]:

@@ -190,10 +190,13 @@ def _setting(values: dict, where: str, gpn: int | None) -> Setting:
             raise InputError(f"{where}: invalid {key} {values[key]!r}: allowed are "
                              f"{', '.join(allowed)}")
     stack = str(values["stack"])
-    from autoconfig.training.stack import stack_names
+    from autoconfig.training.stack import check_profilable, load_stack, stack_names
     if stack not in stack_names():
         raise InputError(f"{where}: invalid stack {stack!r}: allowed are "
                          f"{', '.join(stack_names())}")
+    if values["mode"] == "profile":
+        check_profilable(load_stack(stack).features, stack,
+                         "use stack megatron-lm or nemo, or mode predict", f"{where}: ")
     gpu = _gpu_name(values["gpu"], where)
     return Setting(model=_model_ref(values["model"], where), gpu=gpu, nodes=nodes,
                    gbs=_auto_int(values["gbs"], f"{where}: gbs"),

@@ -100,8 +100,3 @@ def inputs_from_options(*, stack: Stack | None = None,
 def read_base(path: str):
     from autoconfig.base.config import read_base_yaml
     return read_base_yaml(Path(path))
-
-
-def read_base(path: str):
-    from autoconfig.base.config import read_base_yaml
-    return read_base_yaml(Path(path))

@@ -22,7 +22,7 @@ from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, Plan
 from autoconfig.training.space import (R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
                                        enumerate_plans)
 from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, cannot_run_error,
-                                       load_stack)
+                                       load_stack, plan_feature_masks)
 
 OBJECTIVES = ("throughput", "memory")
 GIB = 2.0 ** 30
@@ -147,13 +147,11 @@ def runnable_recompute(space: PlanSpace, software: SoftwareFeatures) -> PlanSpac
     (``block_recompute``, ``grouped_recompute`` in ``SoftwareFeatures.cannot_run``),
     counted under ``R_STACK``."""
     p = space.plans
-    full = p.recompute == RECOMPUTE_KINDS.index("full")
-    method = p.recompute_method
+    masks = plan_feature_masks(p)
     drop = np.zeros(len(p), dtype=bool)
-    if "block_recompute" in software.cannot_run:
-        drop |= full & (method == RECOMPUTE_METHODS.index("block"))
-    if "grouped_recompute" in software.cannot_run:
-        drop |= full & (method == RECOMPUTE_METHODS.index("uniform")) & (p.recompute_num_layers > 1)
+    for name in ("block_recompute", "grouped_recompute"):
+        if name in software.cannot_run:
+            drop |= masks[name]
     if not drop.any():
         return space
     return PlanSpace(plans=p.take(~drop), rejected={**space.rejected, R_STACK: int(drop.sum())},

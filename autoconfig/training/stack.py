@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
+from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.paths import heuristics_dir
 from autoconfig.yamlio import load_yaml, sourced_field
@@ -117,6 +120,11 @@ class SoftwareFeatures:
     what exceeds the micro-batch's compute, plus the first layer's gather that
     nothing precedes, is exposed; off: all of it."""
 
+    @property
+    def launchable(self) -> bool:
+        """Runs on megatron-core, what the launch files start and the profiling worker runs."""
+        return self.framework == LAUNCHED_FRAMEWORK
+
 
 @dataclass(frozen=True)
 class Stack:
@@ -193,25 +201,41 @@ def _check(features: SoftwareFeatures, where: str) -> None:
                            f"allowed are {', '.join(ATTENTION_KERNELS)}")
 
 
-def plan_features_used(plan) -> dict[str, str]:
+def plan_feature_masks(plans: PlanTable) -> dict[str, np.ndarray]:
+    """Each optional plan feature (``PLAN_FEATURES``) -> which plans of the table use it:
+    the one definition the search's filter and ``estimate``'s check share."""
+    full = plans.recompute == RECOMPUTE_KINDS.index("full")
+    method = plans.recompute_method
+    return {"tp": plans.tp > 1, "pp": plans.pp > 1, "vp": plans.vp > 1,
+            "sp": plans.sp.astype(bool), "cp": plans.cp > 1,
+            "selective_recompute": plans.recompute == RECOMPUTE_KINDS.index("selective"),
+            "block_recompute": full & (method == RECOMPUTE_METHODS.index("block")),
+            "grouped_recompute": (full & (method == RECOMPUTE_METHODS.index("uniform"))
+                                  & (plans.recompute_num_layers > 1))}
+
+
+def plan_features_used(plan: Plan) -> dict[str, str]:
     """The optional plan features a Plan uses -> how it uses them (e.g. ``"tp": "tp 2"``)."""
-    full = plan.recompute == "full"
-    used = {"tp": plan.tp > 1, "pp": plan.pp > 1, "vp": plan.vp > 1, "sp": plan.sp,
-            "cp": plan.cp > 1, "selective_recompute": plan.recompute == "selective",
-            "block_recompute": full and plan.recompute_method == "block",
-            "grouped_recompute": (full and plan.recompute_method == "uniform"
-                                  and plan.recompute_num_layers > 1)}
+    masks = plan_feature_masks(PlanTable.from_plans([plan]))
     shown = {"tp": f"tp {plan.tp}", "pp": f"pp {plan.pp}", "vp": f"vp {plan.vp}", "sp": "sp",
              "cp": f"cp {plan.cp}", "selective_recompute": "recompute selective",
              "block_recompute": "recompute method block",
              "grouped_recompute": f"recompute of {plan.recompute_num_layers} layers per group"}
-    return {name: shown[name] for name, on in used.items() if on}
+    return {name: shown[name] for name, used in masks.items() if used[0]}
 
 
 def cannot_run_error(stack: str, name: str, shown: str) -> InputError:
     """The one-line error for a plan feature (``PLAN_FEATURES``) a stack lacks."""
     return InputError(f"stack {stack} cannot run {shown}: it has no {PLAN_FEATURES[name]}; "
                       f"use {WITHOUT[name]} or another --stack")
+
+
+def check_profilable(features: SoftwareFeatures, stack: str, how: str, where: str = "") -> None:
+    """InputError when profiling (real megatron-core steps) is asked of a stack that
+    runs another framework; ``how`` names what to change instead, ``where`` prefixes."""
+    if not features.launchable:
+        raise InputError(f"{where}profiling runs {LAUNCHED_FRAMEWORK} training steps, and stack "
+                         f"{stack} runs {features.framework}: {how}")
 
 
 def check_runnable(plan, features: SoftwareFeatures, stack: str) -> None:
