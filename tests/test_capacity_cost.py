@@ -1,13 +1,12 @@
 """autoconfig capacity with cost, energy and carbon: every figure of the CSV
 re-derived by hand from its columns and from the datasheet numbers."""
 
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from autoconfig.core.catalog import get_gpu
+from cli_runner import cli as autoconfig_cli
 
 COMMAND = ["capacity", "--model", "llama3", "--size", "70b", "--gpu", "a100,h100,b200",
            "--nodes", "16,64,256", "--tokens", "15t", "--price", "h100=2.5,a100=1.5,b200=4",
@@ -22,8 +21,7 @@ PUE, FRACTION, GRID = 1.58, 1.0, 0.4
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "autoconfig", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
+    return autoconfig_cli(*args, timeout=300)
 
 
 @pytest.fixture(scope="module")

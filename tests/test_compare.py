@@ -3,8 +3,6 @@ settings present in only one run; exit status."""
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,14 +10,10 @@ import yaml
 
 from autoconfig.sweep.compare import compare_runs
 from autoconfig.sweep.run import SETTINGS_DIR
+from cli_runner import cli
 
 SWEEP = {"name": "cmp", "matrix": {"model": [{"model": "gpt3", "size": "1.3b"}],
                                    "gpu": ["h100", "a100-80gb"], "nodes": [1, 2]}}
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "autoconfig", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

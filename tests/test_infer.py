@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoconfig.cli import main
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.errors import InfeasibleError, InputError
@@ -19,16 +18,10 @@ from autoconfig.inference.plan import InferencePlan, InferencePlanTable, Inferen
 from autoconfig.inference.published import validate
 from autoconfig.inference.search import Limits, pareto_mask, predict, search
 from autoconfig.training.step_time import load_constants
+from cli_runner import run_cli
 
 GPT3_ARGS = ["infer", "--model", "gpt3", "--size", "175b", "--gpu", "a100-80gb", "--nodes", "4",
              "--input-len", "60", "--output-len", "20"]
-
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
 
 
 def one(model, workload, plan, cluster):

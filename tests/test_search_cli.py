@@ -7,15 +7,7 @@ import sys
 import pytest
 import yaml
 
-from autoconfig.cli import main
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    """Run ``autoconfig ARGS`` in-process through the real entry point."""
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
+from cli_runner import run_cli
 
 
 def test_search_end_to_end_writes_every_file(tmp_path) -> None:

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from autoconfig.cli import main
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Plan, PlanTable, Workload
@@ -16,16 +15,10 @@ from autoconfig.training import memory
 from autoconfig.training.search import search
 from autoconfig.training.space import AxisChoices
 from autoconfig.training.stack import _load_stack_cached, load_stack, with_overrides
+from cli_runner import run_cli
 
 H100 = get_gpu("h100-80gb")
 LLAMA8 = get_model("llama3", "8b")
-
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
 
 
 def _search(stack, model=LLAMA8, nodes=2, choices=AxisChoices()):

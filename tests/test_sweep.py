@@ -2,8 +2,6 @@
 recorded, resume, exit status."""
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,15 +12,11 @@ import yaml
 from autoconfig.errors import InputError
 from autoconfig.sweep.run import SETTINGS_DIR, run_sweep, setting_path
 from autoconfig.sweep.spec import load_sweep, parse_sweep
+from cli_runner import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHTLY = ROOT / "configs" / "sweeps" / "nightly-example.yaml"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def cli(*args, cwd=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "autoconfig", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 def test_nightly_example_has_12_settings_over_3_models_2_gpus_2_node_counts():
@@ -131,6 +125,9 @@ def test_resume_flag_needs_a_run_directory(tmp_path):
                  "mode": ["measure"]}}, "invalid mode 'measure': allowed are predict, profile"),
     ({"matrix": {"model": ["gpt3-1.3b"], "gpu": ["h100"], "nodes": [1], "stack": ["x"]}},
      "invalid stack 'x': allowed are"),
+    ({"matrix": {"model": ["gpt3-1.3b"], "gpu": ["h100"], "nodes": [1],
+                 "stack": ["llm-foundry"], "mode": ["profile"]}},
+     "profiling runs megatron-core training steps, and stack llm-foundry runs pytorch-fsdp"),
     ({"matrix": {"model": ["gpt3-1.3b"], "gpu": ["h100"], "nodes": [1], "gbs": [-4]}},
      "gbs: invalid value -4"),
     ({"matrix": {"model": [{"layers": 2, "hidden": 64}], "gpu": ["h100"], "nodes": [1]}},
