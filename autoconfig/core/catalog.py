@@ -20,6 +20,11 @@ _GPU_NUMBERS = ("peak_bf16_tflops", "hbm_capacity_gb", "hbm_bandwidth_gb_per_s",
                 "internode_bandwidth_gb_per_s")
 _MODEL_INTS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
                "ffn_hidden_size", "vocab_size", "seq_len")
+_MODEL_OPTIONAL_INTS = ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                        "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
+                        "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
+                        "moe_first_dense_layers", "moe_layer_freq", "mtp_layers")
+"""Mixture-of-experts, multi-latent attention and head-width fields (``ModelSpec``)."""
 
 
 def gpu_from_yaml(path: Path) -> GPU:
@@ -88,7 +93,15 @@ def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise CatalogError(f"{where}: field {key!r} must be an integer, got {raw!r}")
         values[key] = raw
+    for key in _MODEL_OPTIONAL_INTS:
+        if key in data:
+            raw = data[key]
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                raise CatalogError(f"{where}: field {key!r} must be an integer, got {raw!r}")
+            values[key] = raw
     return ModelSpec(
+        attention_kind=str(data.get("attention_kind", "gqa")),
+        qk_norm=bool(data.get("qk_norm", False)),
         name=str(data.get("name", default_name)), **values,
         mlp_kind=str(data.get("mlp_kind", "gelu")),
         norm_kind=str(data.get("norm_kind", "layernorm")),

@@ -1,19 +1,29 @@
 """Transformer model shapes and their exact parameter and FLOP counts.
 
-Counts follow the Megatron GPT layer: attention (Q, K, V, output projection,
-with grouped-query attention when ``num_kv_heads < num_heads``), an MLP that is
-either GeLU (2 matrices) or SwiGLU (3 matrices), two norms per layer, a final
-norm, token embeddings, optional learned position embeddings and an output
-layer that may be tied to the embeddings.
+A model is a stack of layer kinds (``layer_pattern``): ``dense`` layers
+(attention and an MLP) and ``moe`` layers (attention, a router, routed experts
+and optional shared experts). Each layer's attention is either grouped-query
+attention (``gqa``: Q, K, V and output projections; plain multi-head attention
+when ``num_kv_heads == num_heads``) or DeepSeek's multi-latent attention
+(``mla``: low-rank Q and KV projections, DeepSeek-V2 arXiv 2405.04434 Sec.
+2.1). The MLP is GeLU (2 matrices) or SwiGLU (3 matrices); two norms per
+layer, a final norm, token embeddings, optional learned position embeddings,
+an output layer that may be tied to the embeddings, and optional
+multi-token-prediction modules (DeepSeek-V3 arXiv 2412.19437 Sec. 2.2).
+Counts are exact: every parameter of the layers as megatron-core builds them.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from autoconfig.errors import InputError
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITION_KINDS = ("learned", "rope")
+ATTENTION_KINDS = ("gqa", "mla")
+LAYER_KINDS = ("dense", "moe")
+"""Kinds of layer a model's stack is made of (``ModelSpec.layer_pattern``)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,40 @@ class ModelSpec:
     batch by size is used instead. In tokens so it holds for any sequence length."""
     family: str = ""
     size_label: str = ""
+    kv_channels: int = 0
+    """Width of one attention head when it is not hidden/heads (Megatron
+    --kv-channels; Qwen3 and GPT-OSS set it); 0: hidden/heads."""
+    qk_norm: bool = False
+    """A norm on each head's queries and keys (Qwen3; Megatron --qk-layernorm)."""
+    attention_kind: str = "gqa"
+    """gqa (multi-head or grouped-query) or mla (multi-latent attention)."""
+    q_lora_rank: int = 0
+    """MLA: rank of the query down-projection; 0 projects queries directly."""
+    kv_lora_rank: int = 0
+    """MLA: rank of the compressed key-value latent (what the KV cache holds)."""
+    qk_nope_head_dim: int = 0
+    """MLA: per-head query/key width without rotary embedding."""
+    qk_rope_head_dim: int = 0
+    """MLA: per-head query/key width with rotary embedding (the key part shared by heads)."""
+    v_head_dim: int = 0
+    """MLA: per-head value width."""
+    num_experts: int = 0
+    """Routed experts of each MoE layer; 0: a dense model."""
+    moe_topk: int = 0
+    """Experts each token is routed to (Megatron --moe-router-topk)."""
+    moe_ffn_hidden_size: int = 0
+    """FFN width of one routed expert (Megatron --moe-ffn-hidden-size)."""
+    moe_shared_expert_ffn_hidden_size: int = 0
+    """FFN width of all shared experts together (Megatron
+    --moe-shared-expert-intermediate-size); 0: none."""
+    moe_first_dense_layers: int = 0
+    """Leading dense layers before the MoE layers (DeepSeek-V3: 3)."""
+    moe_layer_freq: int = 1
+    """After the leading dense layers every n-th layer is MoE (1: all of them)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules after the last layer (DeepSeek-V3: 1),
+    each one MoE layer plus its norms and a 2h x h projection; they share the
+    embedding and the output layer with the main model."""
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
@@ -76,15 +120,85 @@ class ModelSpec:
         _check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
         _check_choice("norm_kind", self.norm_kind, NORM_KINDS)
         _check_choice("position_embedding", self.position_embedding, POSITION_KINDS)
+        _check_choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
+        self._check_extensions()
+
+    def _check_extensions(self) -> None:
+        """MoE and MLA fields: non-negative integers that make a whole model."""
+        for field in ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                      "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
+                      "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
+                      "moe_first_dense_layers", "mtp_layers"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"invalid {field} {value!r} for model {self.name!r}: "
+                                 "must be a non-negative integer")
+        if self.num_experts:
+            if not 1 <= self.moe_topk <= self.num_experts:
+                raise InputError(f"invalid moe_topk {self.moe_topk} for model {self.name!r}: "
+                                 f"must be in 1..{self.num_experts} (the experts)")
+            if self.moe_ffn_hidden_size < 1:
+                raise InputError(f"invalid moe_ffn_hidden_size {self.moe_ffn_hidden_size} for "
+                                 f"model {self.name!r}: an MoE model needs the expert FFN width")
+            if isinstance(self.moe_layer_freq, bool) or not isinstance(self.moe_layer_freq, int) \
+                    or self.moe_layer_freq < 1:
+                raise InputError(f"invalid moe_layer_freq {self.moe_layer_freq!r} for model "
+                                 f"{self.name!r}: must be a positive integer")
+            if self.moe_first_dense_layers >= self.num_layers:
+                raise InputError(f"invalid moe_first_dense_layers {self.moe_first_dense_layers} "
+                                 f"for model {self.name!r}: must be below the "
+                                 f"{self.num_layers} layers")
+        elif self.moe_topk or self.moe_ffn_hidden_size or self.moe_shared_expert_ffn_hidden_size:
+            raise InputError(f"model {self.name!r} gives MoE fields without num_experts")
+        if self.attention_kind == "mla":
+            for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, field) < 1:
+                    raise InputError(f"invalid {field} {getattr(self, field)} for model "
+                                     f"{self.name!r}: multi-latent attention needs it >= 1")
+        elif self.kv_channels == 0 and self.hidden_size % self.num_heads:
+            raise InputError(f"invalid heads {self.num_heads} for model {self.name!r}: "
+                             f"must divide hidden size {self.hidden_size} (or give kv_channels)")
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        """Query/key width of one head (MLA: the no-rope and rope parts together)."""
+        if self.attention_kind == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.kv_channels or self.hidden_size // self.num_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """Value width of one head (MLA's v_head_dim; else the head dim)."""
+        return self.v_head_dim if self.attention_kind == "mla" else self.head_dim
 
     @property
     def kv_hidden_size(self) -> int:
         """Width of K (and of V): kv heads times head dim."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def q_width(self) -> int:
+        """Width of all query heads together (hidden size for GPT/Llama shapes)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @cached_property
+    def layer_pattern(self) -> tuple[str, ...]:
+        """The kind of every layer, first to last (``LAYER_KINDS``): dense models
+        are all ``dense``; MoE models have ``moe_first_dense_layers`` dense layers,
+        then every ``moe_layer_freq``-th layer MoE (Megatron --moe-layer-freq)."""
+        if not self.is_moe:
+            return ("dense",) * self.num_layers
+        first = self.moe_first_dense_layers
+        return tuple("dense" if i < first or (i - first) % self.moe_layer_freq else "moe"
+                     for i in range(self.num_layers))
+
+    def layers_of(self, kind: str) -> int:
+        """Layers of one kind in the main stack (MTP modules not counted)."""
+        return self.layer_pattern.count(kind)
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -92,33 +206,169 @@ def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
         raise InputError(f"invalid {field} {value!r}: allowed are {', '.join(allowed)}")
 
 
+@dataclass(frozen=True)
+class Linear:
+    """One weight matrix of a layer: ``in_features`` x ``out_features``, and how
+    Megatron's tensor parallelism splits it (``column``: the output features,
+    ``row``: the input features, ``replicated``: whole on every TP rank)."""
+
+    name: str
+    in_features: int
+    out_features: int
+    parallel: str
+
+    @property
+    def params(self) -> int:
+        return self.in_features * self.out_features
+
+
+def attention_linears(m: ModelSpec) -> tuple[Linear, ...]:
+    """The attention's weight matrices.
+
+    gqa: fused QKV (h x (q + 2 kv)) column-parallel, output projection (q x h)
+    row-parallel, q = heads x head dim (Shoeybi et al. 2019, Sec. 3).
+    mla (megatron-core ``MLASelfAttention``): the query and KV down-projections
+    (h x q_lora, h x (kv_lora + rope)) are whole on every TP rank, the
+    up-projections (q_lora x heads (nope + rope); kv_lora x heads (nope + v))
+    column-parallel, the output projection (heads v x h) row-parallel; without a
+    query rank the query is one h x heads (nope + rope) column-parallel matrix.
+    """
+    h, a = m.hidden_size, m.num_heads
+    if m.attention_kind == "gqa":
+        return (Linear("qkv", h, m.q_width + 2 * m.kv_hidden_size, "column"),
+                Linear("proj", m.q_width, h, "row"))
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    query = ((Linear("q_down", h, m.q_lora_rank, "replicated"),
+              Linear("q_up", m.q_lora_rank, a * qk, "column")) if m.q_lora_rank
+             else (Linear("q", h, a * qk, "column"),))
+    return query + (Linear("kv_down", h, m.kv_lora_rank + m.qk_rope_head_dim, "replicated"),
+                    Linear("kv_up", m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim),
+                           "column"),
+                    Linear("proj", a * m.v_head_dim, h, "row"))
+
+
+def mlp_linears(m: ModelSpec, ffn: int, prefix: str = "mlp") -> tuple[Linear, ...]:
+    """An MLP of width ``ffn``: up (h x ffn, or h x 2 ffn fusing SwiGLU's gate) and
+    down (ffn x h)."""
+    up = 2 if m.mlp_kind == "swiglu" else 1
+    return (Linear(f"{prefix}_up", m.hidden_size, up * ffn, "column"),
+            Linear(f"{prefix}_down", ffn, m.hidden_size, "row"))
+
+
 def attention_weight_params(m: ModelSpec) -> int:
-    """Q and output projections are h x h; K and V are h x kv_hidden each."""
-    return 2 * m.hidden_size * m.hidden_size + 2 * m.hidden_size * m.kv_hidden_size
+    """Weights of one attention block (GQA: 2h^2 + 2h kv for q = h)."""
+    return sum(x.params for x in attention_linears(m))
+
+
+def attention_extra_params(m: ModelSpec) -> int:
+    """Norms inside attention: MLA's norms of the two latents, Q/K norms."""
+    extra = 0
+    if m.attention_kind == "mla":
+        extra += (m.q_lora_rank + m.kv_lora_rank) * _norm_width(m)
+    if m.qk_norm:
+        extra += 2 * m.head_dim * _norm_width(m)
+    return extra
+
+
+def _norm_width(m: ModelSpec) -> int:
+    return 2 if m.norm_kind == "layernorm" else 1
 
 
 def mlp_weight_params(m: ModelSpec) -> int:
     """GeLU: up and down (2 h f); SwiGLU: gate, up and down (3 h f)."""
-    matrices = 3 if m.mlp_kind == "swiglu" else 2
-    return matrices * m.hidden_size * m.ffn_hidden_size
+    return sum(x.params for x in mlp_linears(m, m.ffn_hidden_size))
+
+
+def expert_params(m: ModelSpec) -> int:
+    """One routed expert: its MLP (and its biases where the model has them)."""
+    bias = 0
+    if m.has_bias:
+        up = 2 if m.mlp_kind == "swiglu" else 1
+        bias = up * m.moe_ffn_hidden_size + m.hidden_size
+    return sum(x.params for x in mlp_linears(m, m.moe_ffn_hidden_size)) + bias
+
+
+def shared_expert_params(m: ModelSpec) -> int:
+    """All shared experts of one MoE layer (one MLP of the total shared width)."""
+    if not m.moe_shared_expert_ffn_hidden_size:
+        return 0
+    return sum(x.params for x in mlp_linears(m, m.moe_shared_expert_ffn_hidden_size))
+
+
+def router_params(m: ModelSpec) -> int:
+    """The router's h x E gate (plus an expert bias where the model has biases)."""
+    return m.hidden_size * m.num_experts + (m.num_experts if m.has_bias else 0)
 
 
 def norm_params(m: ModelSpec) -> int:
     """One norm: LayerNorm has weight and bias, RMSNorm only a weight."""
-    return (2 if m.norm_kind == "layernorm" else 1) * m.hidden_size
+    return _norm_width(m) * m.hidden_size
+
+
+def attention_bias_params(m: ModelSpec) -> int:
+    """Biases of the attention: the column-parallel outputs and the projection's h."""
+    if not m.has_bias or m.attention_kind != "gqa":
+        return 0
+    return sum(x.out_features for x in attention_linears(m) if x.parallel == "column") \
+        + m.hidden_size
 
 
 def layer_bias_params(m: ModelSpec) -> int:
     if not m.has_bias:
         return 0
     mlp_up = (2 if m.mlp_kind == "swiglu" else 1) * m.ffn_hidden_size
-    return (m.hidden_size + 2 * m.kv_hidden_size) + m.hidden_size + mlp_up + m.hidden_size
+    return attention_bias_params(m) + mlp_up + m.hidden_size
+
+
+def attention_block_params(m: ModelSpec) -> int:
+    """Everything of a layer before its MLP: attention weights, biases and inner
+    norms, and the layer's two norms."""
+    return (attention_weight_params(m) + attention_extra_params(m)
+            + attention_bias_params(m) + 2 * norm_params(m))
 
 
 def layer_params(m: ModelSpec) -> int:
-    """Parameters of one transformer layer (GPT-3: 12h^2 + 13h)."""
-    return (attention_weight_params(m) + mlp_weight_params(m)
-            + layer_bias_params(m) + 2 * norm_params(m))
+    """Parameters of one dense transformer layer (GPT-3: 12h^2 + 13h)."""
+    mlp_bias = 0
+    if m.has_bias:
+        mlp_bias = (2 if m.mlp_kind == "swiglu" else 1) * m.ffn_hidden_size + m.hidden_size
+    return attention_block_params(m) + mlp_weight_params(m) + mlp_bias
+
+
+def moe_layer_params(m: ModelSpec) -> int:
+    """Parameters of one MoE layer: attention block, router, every routed expert
+    and the shared experts."""
+    return (attention_block_params(m) + router_params(m) + m.num_experts * expert_params(m)
+            + shared_expert_params(m))
+
+
+def moe_layer_active_params(m: ModelSpec) -> int:
+    """Parameters one token passes through in an MoE layer: top-k experts."""
+    return (attention_block_params(m) + router_params(m) + m.moe_topk * expert_params(m)
+            + shared_expert_params(m))
+
+
+def kind_params(m: ModelSpec, kind: str) -> int:
+    """Parameters of one layer of a kind (``LAYER_KINDS``)."""
+    return moe_layer_params(m) if kind == "moe" else layer_params(m)
+
+
+def mtp_kind(m: ModelSpec) -> str:
+    """The layer kind inside a multi-token-prediction module: the last layer's."""
+    return m.layer_pattern[-1]
+
+
+def mtp_params(m: ModelSpec) -> int:
+    """One MTP module (DeepSeek-V3 Sec. 2.2): two norms on its inputs, the 2h x h
+    projection of their concatenation, one layer and its final norm; embedding
+    and output head are the main model's."""
+    h = m.hidden_size
+    return 3 * norm_params(m) + 2 * h * h + kind_params(m, mtp_kind(m))
+
+
+def stack_params(m: ModelSpec) -> int:
+    """Parameters of every layer of the main stack."""
+    return sum(m.layers_of(k) * kind_params(m, k) for k in LAYER_KINDS)
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -131,35 +381,64 @@ def output_layer_params(m: ModelSpec) -> int:
     return 0 if m.tied_embeddings else m.vocab_size * m.hidden_size
 
 
-def total_params(m: ModelSpec) -> int:
-    """Exact parameter count (GPT-3 175B shape: 174.6e9, as Narayanan et al. 2021)."""
-    return (m.num_layers * layer_params(m) + embedding_params(m)
+def total_params(m: ModelSpec, with_mtp: bool = False) -> int:
+    """Exact parameter count (GPT-3 175B shape: 174.6e9, as Narayanan et al. 2021;
+    DeepSeek-V3: 671e9 without its MTP module, as its report counts)."""
+    return (stack_params(m) + embedding_params(m) + norm_params(m) + output_layer_params(m)
+            + (m.mtp_layers * mtp_params(m) if with_mtp else 0))
+
+
+def active_params(m: ModelSpec) -> int:
+    """Parameters one token passes through (DeepSeek-V3: 37e9 activated): every
+    dense layer, and top-k routed plus the shared experts of each MoE layer."""
+    moe = m.layers_of("moe") * moe_layer_active_params(m)
+    return (m.layers_of("dense") * layer_params(m) + moe + embedding_params(m)
             + norm_params(m) + output_layer_params(m))
 
 
-def layer_matmul_flops_per_token(m: ModelSpec) -> float:
-    """Forward FLOPs of one layer's weight matmuls per token: 2 per weight."""
-    return 2.0 * (attention_weight_params(m) + mlp_weight_params(m))
+def layer_matmul_flops_per_token(m: ModelSpec, kind: str = "dense") -> float:
+    """Forward FLOPs of one layer's weight matmuls per token: 2 per weight a token
+    passes through (MoE: the router, top-k experts and the shared experts)."""
+    attention = attention_weight_params(m)
+    if kind == "moe":
+        routed = m.moe_topk * sum(x.params for x in mlp_linears(m, m.moe_ffn_hidden_size))
+        return 2.0 * (attention + m.hidden_size * m.num_experts + routed
+                      + shared_expert_params(m))
+    return 2.0 * (attention + mlp_weight_params(m))
 
 
 def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """Forward QK^T and attention-times-V FLOPs of one layer per token: 4 s h.
+    """Forward QK^T and attention-times-V FLOPs of one layer per token:
+    2 s a (d_qk + d_v), which is 4 s h for GPT shapes.
 
     Counted over the full s x s score matrix, as Megatron-LM and Narayanan et
     al. 2021 (eq. 3) do; causal kernels skip about half of it, so published
     MFU figures that halve this term read slightly lower.
     """
-    return 4.0 * seq_len * m.hidden_size
+    return 2.0 * seq_len * m.num_heads * (m.head_dim + m.value_head_dim)
 
 
 def logits_flops_per_token(m: ModelSpec) -> float:
     return 2.0 * m.hidden_size * m.vocab_size
 
 
+def stack_matmul_flops_per_token(m: ModelSpec) -> float:
+    """Forward weight-matmul FLOPs of the whole main stack per token."""
+    return sum(m.layers_of(k) * layer_matmul_flops_per_token(m, k) for k in LAYER_KINDS)
+
+
+def mtp_forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs of the MTP modules per token: each its 2h x h projection,
+    one layer and its own logits (Megatron-LM counts them in its FLOPs)."""
+    per = (2.0 * 2 * m.hidden_size * m.hidden_size + layer_matmul_flops_per_token(m, mtp_kind(m))
+           + attention_core_flops_per_token(m, seq_len) + logits_flops_per_token(m))
+    return m.mtp_layers * per
+
+
 def forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """One forward pass, all layers and the output layer, per token."""
-    per_layer = layer_matmul_flops_per_token(m) + attention_core_flops_per_token(m, seq_len)
-    return m.num_layers * per_layer + logits_flops_per_token(m)
+    """One forward pass, all layers, MTP modules and the output layer, per token."""
+    return (stack_matmul_flops_per_token(m) + m.num_layers * attention_core_flops_per_token(m, seq_len)
+            + logits_flops_per_token(m) + mtp_forward_flops_per_token(m, seq_len))
 
 
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
@@ -186,7 +465,8 @@ def recompute_flops_per_token(m: ModelSpec, seq_len: int, recompute: str,
         return m.num_layers * attention_core_flops_per_token(m, seq_len)
     if recompute == "full":
         layers = m.num_layers if recomputed_layers is None else recomputed_layers
-        per_layer = layer_matmul_flops_per_token(m) + attention_core_flops_per_token(m, seq_len)
+        per_layer = (stack_matmul_flops_per_token(m) / m.num_layers
+                     + attention_core_flops_per_token(m, seq_len))
         return layers * per_layer
     raise InputError(f"unknown recompute {recompute!r}: allowed are none, selective, full")
 

@@ -73,9 +73,16 @@ class Plan:
     last_stage_layers: int = 0
     """Transformer layers on the last pipeline stage (Megatron
     --decoder-last-pipeline-num-layers); 0: the even split L/pp."""
+    ep: int = 1
+    """Expert-parallel size (Megatron --expert-model-parallel-size): the routed
+    experts of each MoE layer are split over ep ranks."""
+    etp: int = 1
+    """Expert tensor-parallel size (--expert-tensor-parallel-size): each expert's
+    matrices split over etp ranks. The expert data-parallel size follows:
+    tp * cp * dp / (ep * etp) (megatron-core ``initialize_model_parallel``)."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "vp", "mbs"):
+        for name in ("tp", "pp", "dp", "cp", "vp", "mbs", "ep", "etp"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise InputError(f"invalid {name} {value!r}: must be a positive integer")
@@ -100,13 +107,20 @@ class Plan:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: the ranks of one stage (tp*cp*dp) folded
+        into ep x etp x edp. 0 when they do not fold (an invalid plan)."""
+        stage = self.tp * self.cp * self.dp
+        return stage // (self.ep * self.etp) if stage % (self.ep * self.etp) == 0 else 0
+
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 PLAN_FIELDS = tuple(f.name for f in fields(Plan))
 _INT_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "mbs", "recompute_num_layers",
-                "first_stage_layers", "last_stage_layers")
+                "first_stage_layers", "last_stage_layers", "ep", "etp")
 _BOOL_COLUMNS = ("sp", "distributed_optimizer")
 _CODE_COLUMNS = {"recompute": RECOMPUTE_KINDS, "recompute_method": RECOMPUTE_METHODS}
 
@@ -132,6 +146,8 @@ class PlanTable:
     distributed_optimizer: np.ndarray
     first_stage_layers: np.ndarray
     last_stage_layers: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -244,7 +260,8 @@ def recompute_label(recompute: str, method: str, num_layers: int) -> str:
 def describe_plan(plan: Plan) -> str:
     """The long one-line form, for reports and messages."""
     recompute = recompute_label(plan.recompute, plan.recompute_method, plan.recompute_num_layers)
-    return (f"TP {plan.tp}, PP {plan.pp}, VP {plan.vp}, CP {plan.cp}, DP {plan.dp}, "
+    experts = f"EP {plan.ep}, ETP {plan.etp}, " if plan.ep > 1 or plan.etp > 1 else ""
+    return (f"TP {plan.tp}, PP {plan.pp}, VP {plan.vp}, CP {plan.cp}, {experts}DP {plan.dp}, "
             f"SP {'on' if plan.sp else 'off'}, MBS {plan.mbs}, recompute {recompute}, "
             f"distributed optimizer {'on' if plan.distributed_optimizer else 'off'}"
             + (f", stage layers first {plan.first_stage_layers or 'even'} last "
@@ -260,6 +277,10 @@ def plan_label(plan: Plan) -> str:
         parts.append(f"vp{plan.vp}")
     if plan.cp > 1:
         parts.append(f"cp{plan.cp}")
+    if plan.ep > 1:
+        parts.append(f"ep{plan.ep}")
+    if plan.etp > 1:
+        parts.append(f"etp{plan.etp}")
     parts += [f"dp{plan.dp}", f"mbs{plan.mbs}"]
     if plan.sp:
         parts.append("sp")
@@ -274,3 +295,32 @@ def plan_label(plan: Plan) -> str:
     if plan.distributed_optimizer:
         parts.append("distopt")
     return " ".join(parts)
+
+
+def stage_kind_columns(model, pp, first, last) -> dict:
+    """Layers of each kind (``ModelSpec.layer_pattern``) on the ``first``, a
+    ``middle`` (the second) and the ``last`` pipeline stage, per plan:
+    ``{stage: {kind: float array}}``. Stages hold consecutive layers, so a
+    kind's count on a stage is read off the running count of that kind over
+    the pattern (DeepSeek-V3's three leading dense layers land on the first
+    stage). Invalid splits (non-integral middles) are rounded; the plan space
+    rejects them anyway."""
+    from autoconfig.core.model import LAYER_KINDS
+    cols = stage_layer_columns(model.num_layers, pp, first, last)
+    n = model.num_layers
+    pattern = np.array(model.layer_pattern)
+    single = np.asarray(pp) == 1
+    f = np.clip(np.round(cols["first"]), 0, n).astype(np.int64)
+    mid = np.clip(np.round(cols["middle"]), 0, n).astype(np.int64)
+    la = np.clip(np.round(cols["last"]), 0, n).astype(np.int64)
+    two = np.asarray(pp) == 2
+    ranges = {"first": (np.zeros_like(f), f),
+              "middle": (np.where(single | two, 0, f), np.where(single | two, f, np.minimum(f + mid, n))),
+              "last": (np.where(single, 0, n - la), np.full_like(f, n))}
+    out = {}
+    for stage, (start, end) in ranges.items():
+        out[stage] = {}
+        for kind in LAYER_KINDS:
+            running = np.concatenate([[0], np.cumsum(pattern == kind)])
+            out[stage][kind] = (running[end] - running[start]).astype(float)
+    return out

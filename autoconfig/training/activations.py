@@ -18,7 +18,8 @@ import numpy as np
 from autoconfig.core.model import ModelSpec
 
 
-def layer_stored_widths(model: ModelSpec, fp8_inputs: bool = False) -> tuple[float, float]:
+def layer_stored_widths(model: ModelSpec, fp8_inputs: bool = False, kind: str = "dense",
+                        etp=1):
     """Bytes per token of one layer's saved tensors: (replicated, tp_split).
 
     Korthikanti et al. 2022 Sec. 4.1 counts per layer, in units of s*b*h:
@@ -43,16 +44,78 @@ def layer_stored_widths(model: ModelSpec, fp8_inputs: bool = False) -> tuple[flo
     layers are kept as their 1-byte FP8 casts, so the QKV and first-MLP
     inputs take h each (replicated part), the projection input h and the
     second-MLP input f (split part).
+
+    ``kind`` ``moe``: the MLP part is the MoE layer's (``moe_split_width``,
+    per-plan with ``etp``); MLA attention keeps its own widths
+    (``_attention_split_width``, ``_latent_widths``).
     """
-    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
-    mlp = (6 if model.mlp_kind == "swiglu" else 4) * f
+    h, f = model.hidden_size, model.ffn_hidden_size
     masks = 2.0 if model.hidden_dropout > 0 else 0.0
-    replicated = (8.0 + masks) * h
-    split = 4.0 * h + 4.0 * kv + mlp
+    replicated = (8.0 + masks) * h + _latent_widths(model)
+    split = _attention_split_width(model)
+    if kind == "moe":
+        split = split + moe_split_width(model, fp8_inputs, etp)
+    else:
+        split = split + _mlp_width(model, f)
     if fp8_inputs:
         replicated -= 2.0 * h
-        split -= h + f
+        split = split - model.num_heads * model.value_head_dim
+        if kind != "moe":
+            split = split - f
     return replicated, split
+
+
+def _mlp_width(model: ModelSpec, ffn: int) -> float:
+    """Bytes per token an MLP of width ffn keeps beyond its input: the
+    activation's input and output (GeLU 4 ffn; SwiGLU's fused gate and up are
+    2 ffn wide: 6 ffn)."""
+    return (6.0 if model.mlp_kind == "swiglu" else 4.0) * ffn
+
+
+def _attention_split_width(model: ModelSpec) -> float:
+    """Bytes per token of the attention tensors split over TP: Q, K and V for
+    the core and the core's output (input of the projection), 2 bytes each:
+    4h + 4kv for GQA with q = h (Korthikanti's 4 + 4 of the 24). MLA keeps
+    Q and K at heads x (nope + rope) and V and the output at heads x v."""
+    if model.attention_kind == "mla":
+        a = model.num_heads
+        return 2.0 * (2 * a * model.head_dim + 2 * a * model.value_head_dim)
+    return 2.0 * (2 * model.q_width + 2 * model.kv_hidden_size)
+
+
+def _latent_widths(model: ModelSpec) -> float:
+    """MLA's low-rank latents, whole on every TP rank: the query and KV latents
+    (and rope key) are kept as their norm's input and as the up-projections'
+    input, 2 bytes each. None for GQA."""
+    if model.attention_kind != "mla":
+        return 0.0
+    return 4.0 * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+
+
+def moe_split_width(model: ModelSpec, fp8_inputs: bool, etp=1):
+    """Bytes per token (of the whole sequence, before the 1/tp of sequence
+    parallelism) that one MoE layer keeps beyond its attention and norms,
+    megatron-core ``MoELayer`` with grouped GEMMs:
+
+    * the router's fp32 logits and probabilities: 8 E;
+    * per routed copy (top-k of them), on each of the etp ranks that share an
+      expert's tokens: the permuted input of the first expert GEMM (2h) and the
+      expert output kept for the weighted unpermute (2h), plus the expert MLP's
+      activation tensors, split over etp (``_mlp_width`` of the expert FFN);
+    * the shared experts' MLP tensors, split over tp like a dense MLP.
+
+    Expert parallelism moves tokens without changing how many a rank holds
+    (balanced routing: each rank receives as many copies as it sends), so ep
+    does not appear. FP8: the expert GEMM inputs are kept as 1-byte casts."""
+    k = model.moe_topk
+    etp = np.asarray(etp, dtype=float)
+    per_copy = 4.0 * model.hidden_size * etp + _mlp_width(model, model.moe_ffn_hidden_size)
+    shared = _mlp_width(model, model.moe_shared_expert_ffn_hidden_size)
+    if fp8_inputs:
+        per_copy = per_copy - model.hidden_size * etp - model.moe_ffn_hidden_size
+        if model.moe_shared_expert_ffn_hidden_size:
+            shared -= model.moe_shared_expert_ffn_hidden_size
+    return 8.0 * model.num_experts + k * per_copy + shared
 
 
 def attention_scores_bytes(model: ModelSpec, seq_local, mbs, tp):
@@ -65,7 +128,8 @@ def attention_scores_bytes(model: ModelSpec, seq_local, mbs, tp):
 
 
 def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
-                           flash_attention: bool = True, cp=1, fp8_inputs: bool = False):
+                           flash_attention: bool = True, cp=1, fp8_inputs: bool = False,
+                           kind: str = "dense", etp=1):
     """Bytes one layer keeps for backward, per micro-batch, per GPU.
 
     Korthikanti et al. 2022 Table 2 (``recompute``: 0 none, 1 selective,
@@ -85,22 +149,25 @@ def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
     tokens = s * mbs
     tp = np.asarray(tp, dtype=np.float64)
     sp = np.asarray(sp, dtype=bool)
+    layer = {"kind": kind, "etp": etp}
     if np.ndim(recompute) == 0:  # one kind for every plan: compute only that branch
         return _layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, int(recompute),
-                                    flash_attention, fp8_inputs)
+                                    flash_attention, fp8_inputs, **layer)
     recompute = np.asarray(recompute)
-    kinds = [_layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, k, flash_attention, fp8_inputs)
+    kinds = [_layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, k, flash_attention, fp8_inputs,
+                                  **layer)
              for k in (0, 1, 2)]
     return np.where(recompute == 0, kinds[0], np.where(recompute == 1, kinds[1], kinds[2]))
 
 
-def _layer_bytes_of_kind(model: ModelSpec, tokens, s, mbs, tp, sp, kind: int,
-                         flash_attention: bool, fp8_inputs: bool = False):
-    if kind == 2:
+def _layer_bytes_of_kind(model: ModelSpec, tokens, s, mbs, tp, sp, recompute: int,
+                         flash_attention: bool, fp8_inputs: bool = False, kind: str = "dense",
+                         etp=1):
+    if recompute == 2:
         return 2.0 * tokens * model.hidden_size / np.where(sp, tp, 1.0)
-    replicated, split = layer_stored_widths(model, fp8_inputs)
+    replicated, split = layer_stored_widths(model, fp8_inputs, kind, etp)
     whole = tokens * (np.where(sp, replicated / tp, replicated) + split / tp)
-    if kind == 1 or flash_attention:
+    if recompute == 1 or flash_attention:
         return whole
     return whole + attention_scores_bytes(model, s, mbs, tp)
 

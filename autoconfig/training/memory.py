@@ -26,10 +26,12 @@ from autoconfig.training.activations import (chunks_in_flight, layer_activation_
                                     recompute_transient_bytes)
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.core.hardware import GPU
-from autoconfig.core.model import ModelSpec, layer_params, norm_params
+from autoconfig.core.model import (ModelSpec, attention_extra_params, attention_linears,
+                                   expert_params, layer_params, mlp_linears, moe_layer_params,
+                                   mtp_params, norm_params, router_params, shared_expert_params)
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
-                                  stage_layer_columns)
+                                  stage_kind_columns, stage_layer_columns)
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
 
@@ -120,54 +122,150 @@ def distributed_optimizer_bytes_per_param(recipe: StateRecipe, shards, distribut
     return recipe.weight_bytes + recipe.grad_bytes + recipe.sharded_bytes / shards
 
 
-def stage_params(model: ModelSpec, tp, layers, stage: str, single):
+def _replicated_layer_params(model: ModelSpec) -> int:
+    """Parameters of one layer whole on every TP rank: the two norms, the
+    row-parallel biases (attention output, MLP output), MLA's down-projections
+    and latent norms, Q/K norms."""
+    h = model.hidden_size
+    linears = sum(x.params for x in attention_linears(model) if x.parallel == "replicated")
+    return 2 * norm_params(model) + (2 * h if model.has_bias else 0) + linears \
+        + attention_extra_params(model)
+
+
+def dense_layer_params_per_gpu(model: ModelSpec, tp):
+    """One dense layer on one GPU: Megatron TP splits the matmul weights and the
+    column-parallel biases; ``_replicated_layer_params`` stay whole."""
+    replicated = _replicated_layer_params(model)
+    return (layer_params(model) - replicated) / tp + replicated
+
+
+def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
+    """(non-expert, expert) parameters of one MoE layer on one GPU.
+
+    Attention as a dense layer's; the router's gate whole on every rank; the
+    shared experts split over tp like a dense MLP; the routed experts split
+    over ep (E/ep experts a rank) and each expert over etp (megatron-core
+    ``SequentialMLP``/``TEGroupedMLP`` with expert tensor parallelism)."""
+    replicated = _replicated_layer_params(model)
+    attention = moe_layer_params(model) - model.num_experts * expert_params(model) \
+        - router_params(model) - shared_expert_params(model)
+    non_expert = (attention - replicated) / tp + replicated + router_params(model) \
+        + shared_expert_params(model) / tp
+    expert = model.num_experts / np.asarray(ep, dtype=float) * expert_params(model) / etp
+    return non_expert, expert
+
+
+def stage_params(model: ModelSpec, tp, layers, stage: str, single, ep=1, etp=1,
+                 kinds: dict | None = None, with_experts: bool = True):
     """Parameters one GPU of the first, a middle or the last pipeline stage holds.
 
-    ``layers`` is that stage's transformer layer count and ``single`` marks pp = 1.
+    ``layers`` is that stage's transformer layer count and ``single`` marks pp = 1;
+    ``kinds`` (``stage_kind_columns`` of the stage) splits them into dense and MoE
+    layers (default: all dense). ``with_experts`` False leaves out the routed
+    experts (``stage_expert_params``), which shard over another group.
     Megatron TP sharding: matmul weights and column-parallel biases split
     over TP; the two norms and the row-parallel biases (attention output,
     MLP output) are replicated. Word embeddings are vocab-parallel (V h / t)
     on the first stage, learned position embeddings replicated there. The
     last stage holds the final norm and the output layer (V h / t), which
     Megatron keeps as a copy of the word embeddings when they are tied and
-    pp > 1. With pp = 1 the one stage holds all of it.
+    pp > 1, and the MTP modules. With pp = 1 the one stage holds all of it.
     """
     h = model.hidden_size
-    replicated = 2 * norm_params(model) + (2 * h if model.has_bias else 0)
-    per_layer = (layer_params(model) - replicated) / tp + replicated
-    params = layers * per_layer
+    kinds = kinds or {"dense": layers, "moe": 0.0}
+    non_expert, expert = moe_layer_params_per_gpu(model, tp, ep, etp)
+    params = kinds["dense"] * dense_layer_params_per_gpu(model, tp) + kinds["moe"] * (
+        non_expert + (expert if with_experts else 0.0))
     word = model.vocab_size * h / tp
     positions = model.seq_len * h if model.position_embedding == "learned" else 0
     output = 0.0 if model.tied_embeddings else word
     if stage == "middle":
         return params
+    mtp = _mtp_params_per_gpu(model, tp, ep, etp, with_experts)
     if stage == "first":
-        return params + word + positions + np.where(single, norm_params(model) + output, 0.0)
+        return params + word + positions + np.where(single, norm_params(model) + output + mtp,
+                                                    0.0)
     # pp > 1: the output layer (untied) or the tied copy, both V h / t.
-    return params + norm_params(model) + word + np.where(single, positions + output, 0.0)
+    return params + norm_params(model) + word + mtp + np.where(single, positions + output, 0.0)
 
 
-def linear_params(model: ModelSpec, tp, layers):
-    """Weights of the stage's TP-split linear layers (QKV, projection, MLP) per GPU:
-    what Transformer Engine keeps an FP8 copy of in FP8 training."""
-    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
-    up = 2 if model.mlp_kind == "swiglu" else 1
-    return layers * (h * (h + 2 * kv) + h * h + (up + 1) * h * f) / tp
+def _mtp_params_per_gpu(model: ModelSpec, tp, ep, etp, with_experts: bool):
+    """The MTP modules on the last stage (megatron-core places them there)."""
+    if not model.mtp_layers:
+        return 0.0
+    h = model.hidden_size
+    layer = model.layer_pattern[-1]
+    if layer == "moe":
+        non_expert, expert = moe_layer_params_per_gpu(model, tp, ep, etp)
+        body = non_expert + (expert if with_experts else 0.0)
+    else:
+        body = dense_layer_params_per_gpu(model, tp)
+    extra = mtp_params(model) - (moe_layer_params(model) if layer == "moe" else layer_params(model))
+    return model.mtp_layers * (body + (extra - 2 * h * h) + 2 * h * h / tp)
+
+
+def stage_expert_params(model: ModelSpec, ep, etp, kinds: dict, stage: str, single):
+    """Routed-expert parameters one GPU of the stage holds (MTP's on the last)."""
+    if not model.is_moe:
+        return 0.0
+    _, expert = moe_layer_params_per_gpu(model, 1, ep, etp)
+    mtp = model.mtp_layers if model.layer_pattern[-1] == "moe" else 0
+    holds_mtp = single if stage != "last" else True
+    return (kinds["moe"] + np.where(holds_mtp, mtp, 0)) * expert
+
+
+def linear_params(model: ModelSpec, tp, layers, kinds: dict | None = None, ep=1, etp=1):
+    """Weights of the stage's linear layers per GPU: what Transformer Engine
+    keeps an FP8 copy of in FP8 training (attention, MLP, shared and the local
+    routed experts)."""
+    kinds = kinds or {"dense": layers, "moe": 0.0}
+    attention = sum(x.params / (1 if x.parallel == "replicated" else tp)
+                    for x in attention_linears(model))
+    dense_mlp = sum(x.params for x in mlp_linears(model, model.ffn_hidden_size)) / tp
+    moe = 0.0
+    if model.is_moe:
+        shared = sum(x.params for x in mlp_linears(model, model.moe_shared_expert_ffn_hidden_size))
+        routed = sum(x.params for x in mlp_linears(model, model.moe_ffn_hidden_size))
+        moe = shared / tp + model.num_experts / np.asarray(ep, dtype=float) * routed / etp
+    return kinds["dense"] * (attention + dense_mlp) + kinds["moe"] * (attention + moe)
 
 
 def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
                       software: SoftwareFeatures) -> dict:
     """Per-plan arrays shared by every stage (computed once): per-layer bytes
     kept, stored inputs under full recompute, the micro-batch count and the
-    embedding mask, and the layers of the first, a middle and the last stage."""
+    embedding mask, the layers of the first, a middle and the last stage and
+    how many of them are of each kind. ``full_layer`` and ``kept_layer`` map
+    each stage to its average layer (dense and MoE layers keep different
+    amounts); ``moe_kept_layer`` is one MoE layer's (the MTP modules')."""
     args = (model, workload.seq_len, plans.mbs, plans.tp, plans.sp)
     kw = {"flash_attention": software.flash_attention, "cp": plans.cp,
           "fp8_inputs": fp8_stores_inputs(workload, software)}
-    full_layer = layer_activation_bytes(*args, 0, **kw)
     stored_input = layer_activation_bytes(*args, _FULL, **kw)
-    # Selective keeps its smaller set; layers that full/block leaves alone keep all.
-    kept_layer = np.where(plans.recompute == RECOMPUTE_KINDS.index("selective"),
-                          layer_activation_bytes(*args, 1, **kw), full_layer)
+    selective = plans.recompute == RECOMPUTE_KINDS.index("selective")
+
+    def of_kind(kind):
+        layer_kw = dict(kw, kind=kind, etp=plans.etp)
+        full = layer_activation_bytes(*args, 0, **layer_kw)
+        # Selective keeps its smaller set; layers that full/block leaves alone keep all.
+        return full, np.where(selective, layer_activation_bytes(*args, 1, **layer_kw), full)
+
+    full_dense, kept_dense = of_kind("dense")
+    layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,
+                                 plans.last_stage_layers)
+    full_layer = {stage: full_dense for stage in STAGE_RANKS}
+    kept_layer = {stage: kept_dense for stage in STAGE_RANKS}
+    kinds = None
+    moe_kept = kept_dense
+    if model.is_moe:
+        full_moe, moe_kept = of_kind("moe")
+        kinds = stage_kind_columns(model, plans.pp, plans.first_stage_layers,
+                                   plans.last_stage_layers)
+        for stage in STAGE_RANKS:
+            n = np.maximum(kinds[stage]["dense"] + kinds[stage]["moe"], 1.0)
+            share = kinds[stage]["moe"] / n
+            full_layer[stage] = full_dense + share * (full_moe - full_dense)
+            kept_layer[stage] = kept_dense + share * (moe_kept - kept_dense)
     m = microbatches_per_step(workload.global_batch_size, plans.mbs, plans.dp)
     # Embedding dropout mask (s b h bytes) per in-flight micro-batch on the
     # first stage, as Megatron's theoretical_memory_usage.py; / t with SP.
@@ -176,9 +274,8 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     embedding = (mask * workload.seq_len / plans.cp * plans.mbs * model.hidden_size
                  / np.where(plans.sp, plans.tp, 1))
     return {"full_layer": full_layer, "stored_input": stored_input, "kept_layer": kept_layer,
-            "m": m, "embedding": embedding,
-            "layers": stage_layer_columns(model.num_layers, plans.pp,
-                                          plans.first_stage_layers, plans.last_stage_layers)}
+            "moe_kept_layer": moe_kept, "m": m, "embedding": embedding, "layers": layers,
+            "kinds": kinds}
 
 
 def fp8_stores_inputs(workload: Workload, software: SoftwareFeatures) -> bool:
@@ -192,7 +289,7 @@ def fp8_stores_inputs(workload: Workload, software: SoftwareFeatures) -> bool:
 STAGE_RANKS = {"first": 0, "middle": 1, "last": -1}
 
 
-def _stage_activations(plans: PlanTable, terms: dict, stage: str):
+def _stage_activations(model: ModelSpec, plans: PlanTable, terms: dict, stage: str):
     """Activation bytes a rank of the first, second (a middle) or last stage
     holds at its peak: in-flight model chunks x the chunk's kept bytes, plus
     one recomputed group live in backward."""
@@ -201,14 +298,20 @@ def _stage_activations(plans: PlanTable, terms: dict, stage: str):
     layers_per_chunk = terms["layers"][stage] / np.where(pp > 1, vp, 1)
     recompute_full = plans.recompute == _FULL
     block = plans.recompute_method == _BLOCK
-    per_chunk = recompute_chunk_bytes(layers_per_chunk, terms["kept_layer"],
+    per_chunk = recompute_chunk_bytes(layers_per_chunk, terms["kept_layer"][stage],
                                       terms["stored_input"], recompute_full, block,
                                       plans.recompute_num_layers)
-    transient = recompute_transient_bytes(layers_per_chunk, terms["full_layer"],
+    transient = recompute_transient_bytes(layers_per_chunk, terms["full_layer"][stage],
                                           recompute_full, block, plans.recompute_num_layers)
     held = chunks_in_flight(pp, vp, terms["m"], rank) * per_chunk + transient
     if stage == "first":
         held = held + chunks_in_flight(pp, 1, terms["m"], 0) * terms["embedding"]
+    if model.mtp_layers:
+        # MTP modules run after the last layer, not recomputed, one micro-batch
+        # in flight on the last stage's last chunk.
+        mtp = model.mtp_layers * terms["moe_kept_layer"] * chunks_in_flight(pp, 1, terms["m"],
+                                                                             pp - 1)
+        held = held + np.where((pp == 1) | (stage == "last"), mtp, 0.0)
     return held
 
 
@@ -225,8 +328,10 @@ def _logits_bytes(model: ModelSpec, workload: Workload, plans: PlanTable,
     theoretical_memory_usage.py ``4 s b h (1 + V/h)`` for p = 1).
     """
     tokens = workload.seq_len / plans.cp * plans.mbs
-    return tokens * (constants.logits_bytes_per_element * model.vocab_size / plans.tp
-                     + 4.0 * model.hidden_size)
+    # Each MTP module computes and keeps its own logits and loss the same way.
+    return (1 + model.mtp_layers) * tokens * (
+        constants.logits_bytes_per_element * model.vocab_size / plans.tp
+        + 4.0 * model.hidden_size)
 
 
 def _recipe(constants: MemoryConstants, recipe: str | None) -> StateRecipe:
@@ -269,22 +374,33 @@ def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stag
     single = pp == 1
     terms = _terms or _activation_terms(model, workload, plans, software)
     layers = terms["layers"][stage]
+    kinds = terms["kinds"][stage] if terms["kinds"] else None
     holds_output = single if stage != "last" else np.ones(len(plans), dtype=bool)
-    params = stage_params(model, plans.tp, layers, stage, single)
+    experts = {"ep": plans.ep, "etp": plans.etp, "kinds": kinds}
+    params = stage_params(model, plans.tp, layers, stage, single, **experts)
     if stage == "middle":
-        params = np.where(single, stage_params(model, plans.tp, layers, "first", single), params)
+        params = np.where(single, stage_params(model, plans.tp, layers, "first", single,
+                                               **experts), params)
     shards = plans.dp * plans.cp
     sharded = np.where(plans.distributed_optimizer, states.sharded_bytes / shards,
                        states.sharded_bytes)
     weights = params * states.weight_bytes
     if fp8_stores_inputs(workload, software):
-        weights = weights + linear_params(model, plans.tp, layers) * constants.fp8_weight_cache_bytes
+        weights = weights + linear_params(model, plans.tp, layers, kinds, plans.ep,
+                                          plans.etp) * constants.fp8_weight_cache_bytes
     grads = params * grad_bytes_per_param(states, software)
     optimizer = params * sharded
+    if model.is_moe:
+        # The distributed optimizer shards routed experts over the expert
+        # data-parallel group (tp*cp*dp/(ep*etp) ranks), the rest over dp*cp.
+        expert = stage_expert_params(model, plans.ep, plans.etp, kinds, stage, single)
+        edp = plans.tp * plans.cp * plans.dp / (plans.ep * plans.etp)
+        optimizer = (params - expert) * sharded + expert * np.where(
+            plans.distributed_optimizer, states.sharded_bytes / edp, states.sharded_bytes)
     if software.param_gathers_per_microbatch > 0:
         weights, grads, optimizer = _fully_sharded_states(
             model, plans, params, layers, shards, states, software)
-    activations = _stage_activations(plans, terms, stage)
+    activations = _stage_activations(model, plans, terms, stage)
     logits = np.where(holds_output, _logits_bytes(model, workload, plans, constants), 0.0)
     allocated = weights + grads + optimizer + activations + logits
     fragmentation, context = constants.overhead_of(software.framework)

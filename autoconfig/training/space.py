@@ -33,6 +33,15 @@ Axis rules (Megatron-LM ``megatron/training/arguments.py`` and
   is layers/(pp vp): Megatron applies ``--recompute-num-layers`` per chunk.
 - distributed optimizer on/off; on is only listed when dp > 1 (with dp = 1 it
   shards nothing).
+- ep and etp (MoE models only; megatron-core ``initialize_model_parallel``):
+  ep divides the routed experts (arguments.py: "Number of experts should be a
+  multiple of expert model parallel_size"); the expert grid etp x ep x edp x pp
+  folds into the same world as tp x cp x dp x pp, so ep * etp divides tp * cp *
+  dp; etp splits every expert's FFN, so it divides the expert FFN width.
+  Automatic ep: the divisors of the world size up to the expert count; etp: 1
+  or tp (megatron's default when --expert-tensor-parallel-size is not given).
+  MoE layers with tp > 1 are modelled with sequence parallelism only (tokens
+  split over tp before dispatch, as every NVIDIA MoE recipe runs).
 """
 
 from dataclasses import dataclass, field
@@ -61,9 +70,15 @@ R_SP_TP = "sp needs tp > 1"
 R_SP_SEQ = "seq/cp not divisible by tp (sp)"
 R_GBS = "gbs not divisible by mbs*dp"
 R_VP_MB = "vp needs micro-batches multiple of pp"
+R_EP_DENSE = "ep or etp > 1 needs an MoE model"
+R_EP_EXPERTS = "ep does not divide the experts"
+R_ETP_FFN = "etp does not divide the expert ffn"
+R_EP_FOLD = "ep*etp does not divide tp*cp*dp (expert folding)"
+R_MOE_SP = "MoE with tp > 1 needs sp"
 R_STACK = "recompute method the stack does not have"
 R_MEMORY = "exceeds memory"
-REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_STACK, R_MEMORY)
+REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_EP_DENSE,
+           R_EP_EXPERTS, R_ETP_FFN, R_EP_FOLD, R_MOE_SP, R_STACK, R_MEMORY)
 
 
 @dataclass(frozen=True)
@@ -81,9 +96,11 @@ class AxisChoices:
     distributed_optimizer: str = "auto"
     max_tp: int | None = None
     """Largest tp tried; default: the NVLink domain (GPUs per node)."""
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "vp", "cp", "mbs"):
+        for name in ("tp", "pp", "vp", "cp", "mbs", "ep", "etp"):
             values = getattr(self, name)
             if values is not None and (not values or any(int(v) < 1 for v in values)):
                 raise InputError(f"invalid --{name} {','.join(map(str, values))}: "
@@ -123,9 +140,11 @@ def tp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[
     limit = choices.max_tp
     if limit is None and choices.tp is None:
         limit = cluster.nvlink_domain_gpus
+    shared = model.moe_shared_expert_ffn_hidden_size
     if choices.tp is None:
         values = [t for t in divisors(model.num_kv_heads)
-                  if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0]
+                  if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0
+                  and shared % t == 0]
     else:
         values = sorted(set(choices.tp))
         for t in values:
@@ -214,6 +233,28 @@ def cp_values(workload: Workload, cluster: Cluster, choices: AxisChoices) -> lis
     return values
 
 
+def ep_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[int]:
+    """Expert-parallel sizes: 1 for dense models; else the user's, or every
+    divisor of the world size up to the expert count (the masks then reject
+    those that do not divide the experts, so the reason is counted)."""
+    if choices.ep is not None:
+        return sorted(set(choices.ep))
+    if not model.is_moe:
+        return [1]
+    return [e for e in divisors(cluster.num_gpus) if e <= model.num_experts]
+
+
+ETP_IS_TP = 0
+"""``etp_values`` marker: etp equal to the row's tp (megatron's default)."""
+
+
+def etp_values(model: ModelSpec, choices: AxisChoices) -> list[int]:
+    """Expert tensor-parallel sizes: the user's, else 1 and ``ETP_IS_TP``."""
+    if choices.etp is not None:
+        return sorted(set(choices.etp))
+    return [1, ETP_IS_TP] if model.is_moe else [1]
+
+
 def mbs_values(workload: Workload, choices: AxisChoices) -> list[int]:
     """Micro-batch sizes: every divisor of the global batch, or the user's."""
     if choices.mbs is None:
@@ -271,6 +312,10 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
     model_parallel = tp * pp * cp
     dp = np.maximum(num_gpus // model_parallel, 1)
     micro_batches = workload.global_batch_size // np.maximum(mbs * dp, 1)
+    ep = np.asarray(cols.get("ep", 1))
+    etp = np.asarray(cols.get("etp", 1))
+    experts = max(model.num_experts, 1)
+    expert_ffn = max(model.moe_ffn_hidden_size, 1)
     return [
         (R_DP, (num_gpus % model_parallel != 0) | (model_parallel > num_gpus)),
         (R_VP_PP, (vp > 1) & (pp == 1)),
@@ -283,6 +328,11 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
         (R_SP_SEQ, sp & ((workload.seq_len // cp) % tp != 0)),
         (R_GBS, workload.global_batch_size % (mbs * dp) != 0),
         (R_VP_MB, (vp > 1) & (micro_batches % pp != 0)),
+        (R_EP_DENSE, ((ep > 1) | (etp > 1)) & (not model.is_moe)),
+        (R_EP_EXPERTS, experts % ep != 0),
+        (R_ETP_FFN, expert_ffn % etp != 0),
+        (R_EP_FOLD, (tp * cp * dp) % (ep * etp) != 0),
+        (R_MOE_SP, model.is_moe & (tp > 1) & ~sp),
     ]
 
 
@@ -324,15 +374,21 @@ def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
     mbss = np.array(mbs_values(workload, choices), dtype=np.int64)
     sps = np.array(_switch(choices.sp))
     dos = np.array(_switch(choices.distributed_optimizer))
+    eps = np.array(ep_values(model, cluster, choices), dtype=np.int64)
+    etps = np.array(etp_values(model, choices), dtype=np.int64)
 
-    t, pair, c, m, s, d = _grid(tps, np.arange(len(pairs)), cps, mbss, sps, dos)
+    t, pair, c, m, s, d, e, et = _grid(tps, np.arange(len(pairs)), cps, mbss, sps, dos, eps, etps)
     cols = {"tp": t, "pp": pairs[pair, 0], "vp": pairs[pair, 1], "cp": c, "mbs": m, "sp": s,
             "distributed_optimizer": d, "first_stage_layers": pairs[pair, 2],
-            "last_stage_layers": pairs[pair, 3]}
+            "last_stage_layers": pairs[pair, 3], "ep": e,
+            "etp": np.where(et == ETP_IS_TP, t, et)}
     dp = num_gpus // (cols["tp"] * cols["pp"] * cols["cp"])
     # Variants that are never generated (not rejections): sp on at tp = 1 and
-    # distributed optimizer on at dp = 1 when the user left them on auto.
+    # distributed optimizer on at dp = 1 when the user left them on auto; etp = tp
+    # where tp = 1 (the same plan as etp 1).
     keep = np.ones(len(t), dtype=bool)
+    if choices.etp is None and model.is_moe:
+        keep &= ~((et == ETP_IS_TP) & (t == 1))
     if choices.sp == "auto":
         keep &= ~(cols["sp"] & (cols["tp"] == 1))
     if choices.distributed_optimizer == "auto":
@@ -382,7 +438,7 @@ def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tupl
         parts.append(part)
     names = ("tp", "pp", "vp", "cp", "mbs", "sp", "distributed_optimizer", "recompute",
              "recompute_method", "recompute_num_layers", "first_stage_layers",
-             "last_stage_layers")
+             "last_stage_layers", "ep", "etp")
     if parts:
         merged = {n: np.concatenate([p[n] for p in parts]) for n in names}
     else:
@@ -405,7 +461,8 @@ def _chunk_layers(model: ModelSpec, cols: dict) -> tuple[np.ndarray, np.ndarray]
 
 def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Plan) -> None:
     """Raise InputError naming the first rule a user's single plan breaks."""
-    choices = AxisChoices(tp=(plan.tp,), pp=(plan.pp,), cp=(plan.cp,), max_tp=plan.tp)
+    choices = AxisChoices(tp=(plan.tp,), pp=(plan.pp,), cp=(plan.cp,), max_tp=plan.tp,
+                          ep=(plan.ep,), etp=(plan.etp,))
     tp_values(model, cluster, choices)
     cp_values(workload, cluster, choices)
     if plan.tp * plan.pp * plan.cp * plan.dp != cluster.num_gpus:
@@ -413,7 +470,8 @@ def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Pla
                          f"divide the {cluster.num_gpus} GPUs into a whole data-parallel size")
     stage_layers(model.num_layers, plan)  # InputError for a split the layers do not allow
     cols = {k: np.array([getattr(plan, k)]) for k in ("tp", "pp", "vp", "cp", "mbs", "sp",
-                                                       "first_stage_layers", "last_stage_layers")}
+                                                       "first_stage_layers", "last_stage_layers",
+                                                       "ep", "etp")}
     for reason, broken in structural_masks(model, workload, cluster.num_gpus, cols):
         if broken[0]:
             raise InputError(f"invalid plan: {reason} ({_describe(plan, workload)})")
@@ -434,7 +492,8 @@ def dp_for(num_gpus: int, tp: int, pp: int, cp: int) -> int:
 
 
 def _describe(plan: Plan, workload: Workload) -> str:
-    return (f"tp {plan.tp}, pp {plan.pp}, vp {plan.vp}, cp {plan.cp}, dp {plan.dp}, "
+    experts = f"ep {plan.ep}, etp {plan.etp}, " if plan.ep > 1 or plan.etp > 1 else ""
+    return (f"tp {plan.tp}, pp {plan.pp}, vp {plan.vp}, cp {plan.cp}, {experts}dp {plan.dp}, "
             f"mbs {plan.mbs}, gbs {workload.global_batch_size}, seq {workload.seq_len}")
 
 
