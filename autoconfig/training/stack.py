@@ -33,14 +33,18 @@ FSDP_SHARDING = {"full-shard": 2, "shard-grad-op": 1}
 FULL_SHARD gathers in forward and again in backward; SHARD_GRAD_OP keeps them)."""
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
 ATTENTION_KERNELS = ("fused", "llm-foundry")
+MOE_DISPATCHERS = ("allgather", "alltoall", "flex-deepep", "flex-hybridep")
+"""Token dispatchers of megatron-core MoE layers (--moe-token-dispatcher-type, with
+--moe-flex-dispatcher-backend deepep|hybridep for ``flex``)."""
 PLAN_FEATURES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
+                 "ep": "expert parallelism",
                  "vp": "interleaved pipeline schedule",
                  "sp": "sequence parallelism", "cp": "context parallelism",
                  "selective_recompute": "selective recompute",
                  "block_recompute": "block recompute (only the first layers of each chunk)",
                  "grouped_recompute": "recompute of groups of several layers"}
 """Plan features a stack may lack (``SoftwareFeatures.cannot_run``) -> what they are."""
-WITHOUT = {"tp": "--tp 1", "pp": "--pp 1", "vp": "--vp 1", "sp": "sp off", "cp": "--cp 1",
+WITHOUT = {"tp": "--tp 1", "pp": "--pp 1", "ep": "--ep 1", "vp": "--vp 1", "sp": "sp off", "cp": "--cp 1",
            "selective_recompute": "--recompute none or full",
            "block_recompute": "--recompute-method uniform",
            "grouped_recompute": "--recompute-num-layers 1"}
@@ -120,6 +124,24 @@ class SoftwareFeatures:
     what exceeds the micro-batch's compute, plus the first layer's gather that
     nothing precedes, is exposed; off: all of it."""
 
+    moe_dispatcher: str = "allgather"
+    """How MoE layers move tokens to their experts (``MOE_DISPATCHERS``):
+    megatron-core's default ``allgather`` gathers every token of the
+    expert-parallel group on each rank and reduce-scatters the outputs;
+    ``alltoall`` sends each token copy only to its expert's rank; ``flex-deepep``
+    and ``flex-hybridep`` are the fused all-to-all kernels of DeepEP and HybridEP
+    (NVLink and RDMA in one kernel, no separate permute)."""
+    moe_a2a_overlap: bool = False
+    """Megatron --overlap-moe-expert-parallel-comm (Bridge
+    ``comm_overlap.overlap_moe_expert_parallel_comm``): the dispatch and combine
+    of one micro-batch run while another micro-batch computes (1F1B A2A overlap),
+    so only what exceeds a layer's compute is exposed; off: all of it."""
+    moe_grouped_gemm: bool = False
+    """Megatron --moe-grouped-gemm: a rank's local experts run as one grouped
+    GEMM (TEGroupedMLP) instead of one GEMM per expert in turn (SequentialMLP,
+    megatron-core's default), which pays a kernel launch and a small-GEMM tail
+    per expert."""
+
     @property
     def launchable(self) -> bool:
         """Runs on megatron-core, what the launch files start and the profiling worker runs."""
@@ -196,6 +218,9 @@ def _check(features: SoftwareFeatures, where: str) -> None:
     if unknown:
         raise CatalogError(f"{where}: unknown plan feature(s) {', '.join(map(str, unknown))} in "
                            f"cannot_run: allowed are {', '.join(PLAN_FEATURES)}")
+    if features.moe_dispatcher not in MOE_DISPATCHERS:
+        raise CatalogError(f"{where}: unknown MoE dispatcher {features.moe_dispatcher!r}: "
+                           f"allowed are {', '.join(MOE_DISPATCHERS)}")
     if features.attention_kernel not in ATTENTION_KERNELS:
         raise CatalogError(f"{where}: unknown attention kernel {features.attention_kernel!r}: "
                            f"allowed are {', '.join(ATTENTION_KERNELS)}")
@@ -206,7 +231,8 @@ def plan_feature_masks(plans: PlanTable) -> dict[str, np.ndarray]:
     the one definition the search's filter and ``estimate``'s check share."""
     full = plans.recompute == RECOMPUTE_KINDS.index("full")
     method = plans.recompute_method
-    return {"tp": plans.tp > 1, "pp": plans.pp > 1, "vp": plans.vp > 1,
+    return {"tp": plans.tp > 1, "pp": plans.pp > 1, "ep": (plans.ep > 1) | (plans.etp > 1),
+            "vp": plans.vp > 1,
             "sp": plans.sp.astype(bool), "cp": plans.cp > 1,
             "selective_recompute": plans.recompute == RECOMPUTE_KINDS.index("selective"),
             "block_recompute": full & (method == RECOMPUTE_METHODS.index("block")),
@@ -217,7 +243,8 @@ def plan_feature_masks(plans: PlanTable) -> dict[str, np.ndarray]:
 def plan_features_used(plan: Plan) -> dict[str, str]:
     """The optional plan features a Plan uses -> how it uses them (e.g. ``"tp": "tp 2"``)."""
     masks = plan_feature_masks(PlanTable.from_plans([plan]))
-    shown = {"tp": f"tp {plan.tp}", "pp": f"pp {plan.pp}", "vp": f"vp {plan.vp}", "sp": "sp",
+    shown = {"tp": f"tp {plan.tp}", "pp": f"pp {plan.pp}", "ep": f"ep {plan.ep} etp {plan.etp}",
+             "vp": f"vp {plan.vp}", "sp": "sp",
              "cp": f"cp {plan.cp}", "selective_recompute": "recompute selective",
              "block_recompute": "recompute method block",
              "grouped_recompute": f"recompute of {plan.recompute_num_layers} layers per group"}
@@ -256,9 +283,11 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "fused_attention": "flash_attention",
                     "p2p_scatter_gather": "p2p_scatter_gather",
                     "tp_async_backward": "tp_async_backward",
-                    "overlap_p2p_comm": "overlap_p2p_comm"}
+                    "overlap_p2p_comm": "overlap_p2p_comm",
+                    "moe_a2a_overlap": "moe_a2a_overlap",
+                    "moe_grouped_gemm": "moe_grouped_gemm"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
-OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding")
+OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -273,6 +302,12 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
                if name in SWITCH_OVERRIDES and value is not None}
     grad_reduce_dtype, fsdp_sharding = overrides.get("grad_reduce_dtype"), overrides.get(
         "fsdp_sharding")
+    dispatcher = overrides.get("moe_dispatcher")
+    if dispatcher is not None:
+        if dispatcher not in MOE_DISPATCHERS:
+            raise InputError(f"invalid --moe-dispatcher {dispatcher!r}: allowed are "
+                             f"{', '.join(MOE_DISPATCHERS)}")
+        changes["moe_dispatcher"] = dispatcher
     if grad_reduce_dtype is not None:
         changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
     if fsdp_sharding is not None:
@@ -296,6 +331,8 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
             flags.append(f"--{flag}" if getattr(features, feature) else f"--no-{flag}")
     if features.grad_reduce_bytes != stack.grad_reduce_bytes:
         flags += ["--grad-reduce-dtype", grad_reduce_dtype(features)]
+    if features.moe_dispatcher != stack.moe_dispatcher:
+        flags += ["--moe-dispatcher", features.moe_dispatcher]
     if features.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
         sharding = {v: k for k, v in FSDP_SHARDING.items()}[features.param_gathers_per_microbatch]
         flags += ["--fsdp-sharding", sharding]
