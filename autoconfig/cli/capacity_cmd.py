@@ -7,7 +7,8 @@ import click
 
 from autoconfig.atomic import write_atomic
 from autoconfig.base.hyperparams import default_global_batch_size
-from autoconfig.cli.options import (ListOrAuto, model_options, pop_software, positive_int,
+from autoconfig.cli.options import (ListOrAuto, model_options, moe_shape_options, pop_layers,
+                                    pop_software, positive_int,
                                     stack_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
@@ -23,6 +24,7 @@ _GpuList = ListOrAuto("N[,N...]", positive_int, "positive GPU counts", allow_aut
 
 @click.command()
 @model_options
+@moe_shape_options
 @click.option("--gpu", "gpu_types", default=DEFAULT_GPUS, show_default=True,
               help="GPU types to compare, comma-separated (catalog names or aliases).")
 @click.option("--nodes", "node_counts", type=_NodeList, default=None,
@@ -66,11 +68,13 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     from autoconfig.reports.plots import capacity_plots, safe_plots
 
     stack, software = pop_software(stack_opts)
+    layer_fields = pop_layers(stack_opts)
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
     if spec is None:
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
+    spec = catalog.with_layers(spec, **layer_fields)
     gpu_specs = [catalog.get_gpu(name) for name in gpu_types.split(",") if name.strip()]
     node_counts = _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node)
     prices = parse_prices(price, catalog.get_gpu)

@@ -10,17 +10,27 @@ from dataclasses import replace
 import click
 from tabulate import tabulate
 
-from autoconfig.cli.options import (architecture_options, model_options, pop_software,
-                                    stack_options)
+from autoconfig.cli.options import (architecture_options, model_options, moe_shape_options,
+                                    pop_layers, pop_software, stack_options)
 from autoconfig.core import catalog
-from autoconfig.core.catalog import resolve_model, with_architecture, with_network
+from autoconfig.core.catalog import resolve_model, with_architecture, with_layers, with_network
 from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, Workload,
-                                  describe_plan)
+                                  describe_plan, module_list, module_mask)
 from autoconfig.errors import InputError
 from autoconfig.training.estimate import estimate_plan
 from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
 from autoconfig.training.space import default_split, dp_for
+
+
+def _modules(recompute: str, modules: str) -> str:
+    """The canonical module list (one-line error for an unknown module or for
+    modules without selective recompute)."""
+    if not modules:
+        return ""
+    if recompute != "selective":
+        raise InputError(f"invalid --recompute-modules {modules!r}: needs --recompute selective")
+    return module_list(module_mask(modules))
 
 
 def render_table(result: dict) -> str:
@@ -42,6 +52,7 @@ def render_table(result: dict) -> str:
 
 @click.command()
 @model_options
+@moe_shape_options
 @click.option("--gpu", default=DEFAULT_GPU, show_default=True, help="GPU type.")
 @click.option("--gpus", type=int, help="Total GPUs (a whole number of nodes).")
 @click.option("--nodes", type=int, help="Nodes, instead of --gpus.")
@@ -51,11 +62,18 @@ def render_table(result: dict) -> str:
 @click.option("--vp", type=int, default=1, show_default=True,
               help="Virtual pipeline stages per rank (interleaved 1F1B when > 1).")
 @click.option("--cp", type=int, default=1, show_default=True, help="Context-parallel size.")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="MoE: expert-parallel size (divides the experts).")
+@click.option("--etp", type=int, default=None,
+              help="MoE: expert tensor-parallel size (default: tp, as Megatron).")
 @click.option("--mbs", type=int, default=1, show_default=True, help="Micro-batch size.")
 @click.option("--gbs", type=int, required=True, help="Global batch size in sequences.")
 @click.option("--seq-len", type=int, help="Sequence length (default: the model's).")
 @click.option("--recompute", type=click.Choice(RECOMPUTE_KINDS), default="none",
               show_default=True, help="Activation recompute granularity.")
+@click.option("--recompute-modules", default="",
+              help="With --recompute selective: modules recomputed, comma-separated "
+                   "(core_attn, layernorm, mla_up_proj, moe_act, mlp, moe; default core_attn).")
 @click.option("--recompute-method", type=click.Choice(RECOMPUTE_METHODS), default="uniform",
               show_default=True, help="For full recompute: uniform or block.")
 @click.option("--recompute-num-layers", type=int, default=1, show_default=True,
@@ -81,18 +99,19 @@ def render_table(result: dict) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
-             gpus_per_node, tp, pp, vp, cp, mbs, gbs, seq_len, recompute, recompute_method,
+             gpus_per_node, tp, pp, vp, cp, ep, etp, mbs, gbs, seq_len, recompute, recompute_modules, recompute_method,
              recompute_num_layers, sp, distributed_optimizer, first_stage_layers,
              last_stage_layers, precision, memory_recipe, internode_gb_per_s, fmt,
              **opts) -> None:
     """Predict memory per GPU and step time of one plan."""
     stack, software = pop_software(opts)
+    layer_fields = pop_layers(opts)
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
     if spec is None:
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
-    spec = with_architecture(spec, **opts)
+    spec = with_layers(with_architecture(spec, **opts), **layer_fields)
     gpu_spec = with_network(catalog.get_gpu(gpu), internode_gb_per_s)
     per_node = gpus_per_node_for(gpu_spec, gpus_per_node)
     if (gpus is None) == (nodes is None):
@@ -105,7 +124,9 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     workload = Workload(global_batch_size=gbs, seq_len=seq_len or spec.seq_len,
                         precision=precision)
     gpu_spec.peak_tflops(precision)  # fp8 on a GPU without it is an InputError
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
+    if etp is None:
+        etp = tp if spec.is_moe else 1
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp)):
         if value < 1:  # dp_for divides by these before Plan checks them
             raise InputError(f"invalid --{name} {value}: must be a positive integer")
     if recompute_num_layers < 0:
@@ -113,12 +134,14 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     full = recompute == "full"
     plan = Plan(tp=tp, pp=pp, dp=dp_for(cluster.num_gpus, tp, pp, cp), cp=cp, vp=vp, sp=sp,
                 mbs=mbs, recompute=recompute,
+                recompute_modules=_modules(recompute, recompute_modules),
                 recompute_method=recompute_method if full else "uniform",
                 recompute_num_layers=recompute_num_layers if full else 0,
                 distributed_optimizer=distributed_optimizer,
-                first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
+                first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                ep=ep, etp=etp)
     if pp > 1 and not (first_stage_layers or last_stage_layers) and spec.num_layers % pp:
-        first_stage_layers, last_stage_layers = default_split(spec.num_layers, pp)
+        first_stage_layers, last_stage_layers = default_split(spec.num_layers, pp, spec.mtp_layers)
         plan = replace(plan, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers)
     result = estimate_plan(spec, workload, cluster, plan, software, stack.name, memory_recipe)

@@ -10,7 +10,7 @@ from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import InputError
 from autoconfig.training.space import SWITCH_MODES
 from autoconfig.training.stack import (DEFAULT_STACK, FSDP_SHARDING, GRAD_REDUCE_DTYPES,
-                                       OVERRIDES, resolve_software)
+                                       MOE_DISPATCHERS, OVERRIDES, resolve_software)
 
 
 class ListOrAuto(click.ParamType):
@@ -71,6 +71,46 @@ def model_options(func):
     return func
 
 
+MOE_SHAPE_OPTIONS = {"num_experts": "num_experts", "moe_topk": "moe_topk",
+                     "moe_ffn": "moe_ffn_hidden_size",
+                     "shared_experts_ffn": "moe_shared_expert_ffn_hidden_size",
+                     "moe_first_dense_layers": "moe_first_dense_layers",
+                     "moe_layer_freq": "moe_layer_freq", "mtp_layers": "mtp_layers",
+                     "kv_channels": "kv_channels", "q_lora_rank": "q_lora_rank",
+                     "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_nope_head_dim",
+                     "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim"}
+"""Option name (without --) -> the ModelSpec field it sets (``catalog.with_layers``)."""
+
+
+def moe_shape_options(func):
+    """--num-experts --moe-topk --moe-ffn --shared-experts-ffn ... and MLA's
+    ranks: mixture-of-experts and multi-latent-attention fields of the model
+    (``autoconfig.core.catalog.with_layers``), inline or over a catalog model."""
+    helps = {"num_experts": "MoE: routed experts per MoE layer.",
+             "moe_topk": "MoE: experts per token (router top-k).",
+             "moe_ffn": "MoE: FFN width of one routed expert.",
+             "shared_experts_ffn": "MoE: FFN width of all shared experts together.",
+             "moe_first_dense_layers": "MoE: leading dense layers.",
+             "moe_layer_freq": "MoE: every n-th layer after them is MoE (default 1).",
+             "mtp_layers": "Multi-token-prediction modules.",
+             "kv_channels": "Head width when it is not hidden/heads.",
+             "q_lora_rank": "MLA: query down-projection rank (0: none).",
+             "kv_lora_rank": "MLA: key-value latent rank (turns MLA on).",
+             "qk_head_dim": "MLA: per-head query/key width without rope.",
+             "qk_rope_head_dim": "MLA: per-head rope width.",
+             "v_head_dim": "MLA: per-head value width."}
+    for name in reversed(tuple(MOE_SHAPE_OPTIONS)):
+        func = click.option(f"--{name.replace('_', '-')}", name, type=int, default=None,
+                            help=helps[name])(func)
+    return func
+
+
+def pop_layers(options: dict) -> dict:
+    """Remove the MoE/MLA shape options from ``options``: {ModelSpec field: value}."""
+    values = {name: options.pop(name, None) for name in MOE_SHAPE_OPTIONS}
+    return {MOE_SHAPE_OPTIONS[name]: v for name, v in values.items() if v is not None}
+
+
 def narrowing_options(func):
     """--tp --pp --vp --cp --mbs --recompute --sp --distributed-optimizer ..."""
     options = [
@@ -92,6 +132,11 @@ def narrowing_options(func):
                      default="auto", show_default=True, help="Distributed optimizer."),
         click.option("--max-tp-per-node", "--max-tp", "max_tp_per_node", type=int,
                      default=None, help="Largest TP tried (default: GPUs per NVLink domain)."),
+        click.option("--ep", type=IntListOrAuto, default=None,
+                     help="MoE: expert-parallel sizes (default auto: divisors of the GPUs up "
+                          "to the expert count that divide the experts)."),
+        click.option("--etp", type=IntListOrAuto, default=None,
+                     help="MoE: expert tensor-parallel sizes (default auto: 1 and tp)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -147,6 +192,19 @@ def stack_options(func):
                           "overlapped with compute (Megatron-LM default)."),
         click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
                      help="Override for FSDP stacks: full-shard or shard-grad-op."),
+        click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
+                     help="Override for MoE models: token dispatcher (megatron-lm default "
+                          "allgather; the Bridge recipes alltoall, flex-deepep or flex-hybridep)."),
+        click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
+                     help="Override: MoE dispatch/combine overlapped with another micro-batch's "
+                          "compute (--overlap-moe-expert-parallel-comm)."),
+        click.option("--moe-grouped-gemm/--no-moe-grouped-gemm", default=None,
+                     help="Override: a rank's experts run as one grouped GEMM."),
+        click.option("--moe-imbalance", type=float, default=None,
+                     help="MoE: tokens of the busiest expert rank over the mean (default 1.0: "
+                          "balanced, as the published benchmarks force)."),
+        click.option("--moe-capacity-factor", type=float, default=None,
+                     help="MoE: expert capacity factor (tokens over it are dropped); 0: dropless."),
     ]
     for option in reversed(options):
         func = option(func)

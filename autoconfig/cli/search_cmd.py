@@ -11,7 +11,8 @@ import json
 import click
 from tabulate import tabulate
 
-from autoconfig.cli.options import model_options, narrowing_options, pop_software, stack_options
+from autoconfig.cli.options import (model_options, moe_shape_options, narrowing_options,
+                                    pop_layers, pop_software, stack_options)
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.training.inputs import DEFAULT_GPU, inputs_from_options
@@ -41,6 +42,7 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
 @click.option("--base", type=click.Path(dir_okay=False),
               help="base.yaml from `autoconfig base` (model, batch, sequence, cluster).")
 @model_options
+@moe_shape_options
 @click.option("--gpu", help=f"GPU type (default {DEFAULT_GPU}).")
 @click.option("--nodes", type=int, help="Number of nodes.")
 @click.option("--gpus", type=int, help="Total GPUs instead of --nodes (a whole number of nodes).")
@@ -88,7 +90,8 @@ def search(**options) -> None:
     stack, software = pop_software(options, _base_stack(options.get("base")))
     if profiling.profile:
         check_profilable(software, stack.name, "use --stack megatron-lm or nemo, or drop --profile")
-    inputs = inputs_from_options(stack=stack, software=software, **options)
+    inputs = inputs_from_options(stack=stack, software=software, layer_fields=pop_layers(options),
+                                 **options)
     result = search_inputs(inputs)
     spec = spec_from_result(result, base=_base_config(options.get("base")),
                             base_path=options.get("base"), slurm=slurm)

@@ -267,6 +267,20 @@ def with_architecture(model: ModelSpec, **changes) -> ModelSpec:
     return replace(model, **values) if values else model
 
 
+def with_layers(model: ModelSpec, **fields) -> ModelSpec:
+    """A model with mixture-of-experts, multi-latent-attention or head-width
+    fields changed (``ModelSpec`` field -> value; None keeps the model's). A KV
+    rank turns multi-latent attention on. The ModelSpec checks the result."""
+    values = {k: v for k, v in fields.items() if v is not None}
+    if not values:
+        return model
+    if values.get("kv_lora_rank"):
+        values["attention_kind"] = "mla"
+        values.setdefault("num_kv_heads", model.num_heads)
+    return replace(model, name=model.name if model.name.startswith("custom") else
+                   f"{model.name}-custom", **values)
+
+
 def with_network(gpu: GPU, internode_gb_per_s: float | None) -> GPU:
     """The GPU with another scale-out bandwidth per GPU (a cluster whose network
     differs from the DGX/HGX figure of the catalog); None keeps the catalog's."""

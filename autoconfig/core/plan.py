@@ -14,6 +14,28 @@ from autoconfig.errors import InputError
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 PRECISIONS = ("bf16", "fp8")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe")
+"""Megatron --recompute-modules (with --recompute-granularity selective): what each
+recomputes instead of keeping for backward (megatron-core TransformerConfig
+``recompute_modules``): the attention core, the norms' outputs, MLA's
+up-projections, the experts' activation function, the whole MLP (an MoE layer's
+whole MoE block), the MoE block. Megatron's default is core_attn alone."""
+
+
+def module_mask(modules: str) -> int:
+    """Bitmask of a comma-separated module list ('' = Megatron's default core_attn)."""
+    names = [m.strip() for m in modules.split(",") if m.strip()] or ["core_attn"]
+    bad = [m for m in names if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise InputError(f"invalid recompute module {bad[0]!r}: allowed are "
+                         f"{', '.join(RECOMPUTE_MODULES)}")
+    return sum(1 << RECOMPUTE_MODULES.index(m) for m in set(names))
+
+
+def module_list(mask: int) -> str:
+    """The canonical comma-separated list of a bitmask ('' for core_attn alone)."""
+    names = [m for i, m in enumerate(RECOMPUTE_MODULES) if mask & (1 << i)]
+    return "" if names == ["core_attn"] else ",".join(names)
 
 
 @dataclass(frozen=True)
@@ -80,6 +102,9 @@ class Plan:
     """Expert tensor-parallel size (--expert-tensor-parallel-size): each expert's
     matrices split over etp ranks. The expert data-parallel size follows:
     tp * cp * dp / (ep * etp) (megatron-core ``initialize_model_parallel``)."""
+    recompute_modules: str = ""
+    """With selective recompute: the modules recomputed (``RECOMPUTE_MODULES``,
+    comma-separated, canonical order); '' is Megatron's default, core_attn."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "vp", "mbs", "ep", "etp"):
@@ -102,6 +127,13 @@ class Plan:
             raise InputError(f"invalid recompute layers {self.recompute_num_layers}: must be >= 0")
         if self.sp and self.tp == 1:
             raise InputError("sequence parallel needs tp > 1: use --tp 2 or more, or drop --sp")
+        if self.recompute_modules:
+            if self.recompute != "selective":
+                raise InputError(f"invalid recompute modules {self.recompute_modules!r}: they "
+                                 "need --recompute selective")
+            canonical = module_list(module_mask(self.recompute_modules))
+            if canonical != self.recompute_modules:
+                object.__setattr__(self, "recompute_modules", canonical)
 
     @property
     def num_gpus(self) -> int:
@@ -121,6 +153,7 @@ class Plan:
 PLAN_FIELDS = tuple(f.name for f in fields(Plan))
 _INT_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "mbs", "recompute_num_layers",
                 "first_stage_layers", "last_stage_layers", "ep", "etp")
+_MASK_COLUMNS = ("recompute_modules",)
 _BOOL_COLUMNS = ("sp", "distributed_optimizer")
 _CODE_COLUMNS = {"recompute": RECOMPUTE_KINDS, "recompute_method": RECOMPUTE_METHODS}
 
@@ -148,6 +181,8 @@ class PlanTable:
     last_stage_layers: np.ndarray
     ep: np.ndarray
     etp: np.ndarray
+    recompute_modules: np.ndarray
+    """Bitmask of RECOMPUTE_MODULES (``module_mask``); core_attn alone by default."""
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -160,6 +195,8 @@ class PlanTable:
             if name in _CODE_COLUMNS:
                 columns[name] = np.array([_CODE_COLUMNS[name].index(v) for v in values],
                                          dtype=np.int8)
+            elif name in _MASK_COLUMNS:
+                columns[name] = np.array([module_mask(v) for v in values], dtype=np.int64)
             elif name in _BOOL_COLUMNS:
                 columns[name] = np.array(values, dtype=bool)
             else:
@@ -173,6 +210,9 @@ class PlanTable:
             value = getattr(self, name)[i]
             if name in _CODE_COLUMNS:
                 kwargs[name] = _CODE_COLUMNS[name][int(value)]
+            elif name in _MASK_COLUMNS:
+                kwargs[name] = module_list(int(value)) if kwargs["recompute"] == "selective" \
+                    else ""
             elif name in _BOOL_COLUMNS:
                 kwargs[name] = bool(value)
             else:
@@ -185,6 +225,11 @@ class PlanTable:
 
     def recompute_is(self, kind: str) -> np.ndarray:
         return self.recompute == RECOMPUTE_KINDS.index(kind)
+
+    def recomputes(self, module: str) -> np.ndarray:
+        """Plans whose selective recompute includes ``module``."""
+        bit = 1 << RECOMPUTE_MODULES.index(module)
+        return self.recompute_is("selective") & ((self.recompute_modules & bit) != 0)
 
 
 def stage_layers(num_layers: int, plan: Plan) -> tuple[int, ...]:
@@ -250,8 +295,11 @@ def counts_embedding_and_loss(num_layers: int, pp, first, last):
             & (np.asarray(first) == edge) & (np.asarray(last) == edge) & (edge >= 1))
 
 
-def recompute_label(recompute: str, method: str, num_layers: int) -> str:
-    """'none', 'selective' or 'full/uniform/1' (method and layers only for full)."""
+def recompute_label(recompute: str, method: str, num_layers: int, modules: str = "") -> str:
+    """'none', 'selective', 'selective/mla_up_proj,mlp' or 'full/uniform/1'
+    (method and layers only for full, modules only for selective)."""
+    if recompute == "selective" and modules:
+        return f"selective/{modules}"
     if recompute != "full":
         return recompute
     return f"full/{method}/{num_layers}"
@@ -259,7 +307,8 @@ def recompute_label(recompute: str, method: str, num_layers: int) -> str:
 
 def describe_plan(plan: Plan) -> str:
     """The long one-line form, for reports and messages."""
-    recompute = recompute_label(plan.recompute, plan.recompute_method, plan.recompute_num_layers)
+    recompute = recompute_label(plan.recompute, plan.recompute_method, plan.recompute_num_layers,
+                                plan.recompute_modules)
     experts = f"EP {plan.ep}, ETP {plan.etp}, " if plan.ep > 1 or plan.etp > 1 else ""
     return (f"TP {plan.tp}, PP {plan.pp}, VP {plan.vp}, CP {plan.cp}, {experts}DP {plan.dp}, "
             f"SP {'on' if plan.sp else 'off'}, MBS {plan.mbs}, recompute {recompute}, "
@@ -289,6 +338,8 @@ def plan_label(plan: Plan) -> str:
         if plan.recompute == "full":
             rc += f"-{plan.recompute_method}" + (f"{plan.recompute_num_layers}"
                                                  if plan.recompute_num_layers else "")
+        if plan.recompute_modules:
+            rc += f"[{plan.recompute_modules}]"
         parts.append(f"rc:{rc}")
     if plan.first_stage_layers or plan.last_stage_layers:
         parts.append(f"split:{plan.first_stage_layers or '='}/{plan.last_stage_layers or '='}")
@@ -324,3 +375,32 @@ def stage_kind_columns(model, pp, first, last) -> dict:
             running = np.concatenate([[0], np.cumsum(pattern == kind)])
             out[stage][kind] = (running[end] - running[start]).astype(float)
     return out
+
+
+def short_last_stage_split(num_layers: int, pp: int) -> int:
+    """Layers of the last stage in the split that gives every other stage
+    ceil(L/pp) and the last one the rest (0 when pp divides L or nothing is
+    left). Megatron-Bridge's DeepSeek-V3 pipeline layouts do this (recipes
+    deepseek/h100/deepseek_v3.py ``_get_deepseek_v3_pipeline_layout``: PP 4 is
+    16, 16, 16, 13 + MTP + loss) so the last stage's MTP module and loss take
+    the place of the missing layers."""
+    if pp < 2 or num_layers % pp == 0:
+        return 0
+    per_stage = -(-num_layers // pp)
+    last = num_layers - (pp - 1) * per_stage
+    return last if last >= 1 else 0
+
+
+def is_short_last_layout(num_layers: int, pp, vp, first, last):
+    """Whether a (first, last) split with ``vp`` virtual stages is the layout of
+    ``short_last_stage_split`` run with the interleaved schedule: every model
+    chunk of ceil(L/(pp vp)) layers, the last rank's final chunk shorter
+    (Megatron --pipeline-model-parallel-layout; Bridge's PP 4 VP 4 DeepSeek-V3
+    layout: 15 chunks of 4 layers, then 1 layer + MTP + loss). Vectorised."""
+    pp = np.asarray(pp)
+    vp = np.maximum(np.asarray(vp), 1)
+    last = np.asarray(last)
+    middle = (num_layers - last) / np.maximum(pp - 1, 1)
+    chunk = middle / vp
+    return ((pp > 1) & (np.asarray(first) == 0) & (last > 0) & (middle == np.round(middle))
+            & (chunk == np.round(chunk)) & (last > (vp - 1) * chunk) & (last < vp * chunk))

@@ -127,9 +127,49 @@ def attention_scores_bytes(model: ModelSpec, seq_local, mbs, tp):
     return per_score * model.num_heads * np.square(seq_local * 1.0) * mbs / tp
 
 
+def module_saved_widths(model: ModelSpec, fp8_inputs: bool, kind: str, etp, modules):
+    """Bytes per token (replicated, tp-split) that selective recompute of the
+    modules in ``modules`` (bitmask of ``autoconfig.core.plan.RECOMPUTE_MODULES``,
+    per plan) does not keep, of the widths of ``layer_stored_widths``:
+
+    * layernorm: the two norms' outputs, the QKV and MLP inputs (2h each, or
+      their 1-byte FP8 casts);
+    * mla_up_proj: MLA's per-head Q, K and V (kept only as the latents);
+    * moe_act: the experts' activation output, the second expert GEMM's input
+      (F per routed copy, 2 bytes or 1 in FP8);
+    * mlp: the whole MLP beyond its input (an MoE layer's whole MoE block:
+      megatron-core checkpoints ``self.mlp``, which is the MoELayer there);
+    * moe: an MoE layer's MoE block, as mlp;
+    * core_attn: nothing with fused attention (the scores are never stored).
+    """
+    from autoconfig.core.plan import RECOMPUTE_MODULES
+    modules = np.asarray(modules)
+
+    def has(name):
+        return (modules & (1 << RECOMPUTE_MODULES.index(name))) != 0
+
+    h = model.hidden_size
+    input_bytes = 1.0 if fp8_inputs else 2.0
+    replicated = np.where(has("layernorm"), 2.0 * input_bytes * h, 0.0)
+    split = np.zeros(np.shape(modules))
+    if model.attention_kind == "mla":
+        a = model.num_heads
+        split = split + np.where(has("mla_up_proj"),
+                                 2.0 * (2 * a * model.head_dim + a * model.value_head_dim), 0.0)
+    if kind == "moe":
+        block = moe_split_width(model, fp8_inputs, etp)
+        act = model.moe_topk * model.moe_ffn_hidden_size * input_bytes
+        split = split + np.where(has("mlp") | has("moe"), block,
+                                 np.where(has("moe_act"), act, 0.0))
+    else:
+        split = split + np.where(has("mlp"), _mlp_width(model, model.ffn_hidden_size)
+                                 - (model.ffn_hidden_size if fp8_inputs else 0.0), 0.0)
+    return replicated, split
+
+
 def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
                            flash_attention: bool = True, cp=1, fp8_inputs: bool = False,
-                           kind: str = "dense", etp=1):
+                           kind: str = "dense", etp=1, modules=None):
     """Bytes one layer keeps for backward, per micro-batch, per GPU.
 
     Korthikanti et al. 2022 Table 2 (``recompute``: 0 none, 1 selective,
@@ -149,7 +189,7 @@ def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
     tokens = s * mbs
     tp = np.asarray(tp, dtype=np.float64)
     sp = np.asarray(sp, dtype=bool)
-    layer = {"kind": kind, "etp": etp}
+    layer = {"kind": kind, "etp": etp, "modules": modules}
     if np.ndim(recompute) == 0:  # one kind for every plan: compute only that branch
         return _layer_bytes_of_kind(model, tokens, s, mbs, tp, sp, int(recompute),
                                     flash_attention, fp8_inputs, **layer)
@@ -162,10 +202,13 @@ def layer_activation_bytes(model: ModelSpec, seq_len, mbs, tp, sp, recompute,
 
 def _layer_bytes_of_kind(model: ModelSpec, tokens, s, mbs, tp, sp, recompute: int,
                          flash_attention: bool, fp8_inputs: bool = False, kind: str = "dense",
-                         etp=1):
+                         etp=1, modules=None):
     if recompute == 2:
         return 2.0 * tokens * model.hidden_size / np.where(sp, tp, 1.0)
     replicated, split = layer_stored_widths(model, fp8_inputs, kind, etp)
+    if recompute == 1 and modules is not None:
+        saved = module_saved_widths(model, fp8_inputs, kind, etp, modules)
+        replicated, split = replicated - saved[0], split - saved[1]
     whole = tokens * (np.where(sp, replicated / tp, replicated) + split / tp)
     if recompute == 1 or flash_attention:
         return whole

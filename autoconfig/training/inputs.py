@@ -51,11 +51,15 @@ def inputs_from_options(*, stack: Stack | None = None,
                         gbs: int | None, seq_len: int | None, precision: str | None,
                         tp, pp, vp, cp, mbs, recompute, sp: str, distributed_optimizer: str,
                         max_tp_per_node: int | None, objective: str, top: int,
-                        output_dir: str | None) -> SearchInputs:
-    """Resolve the options (and base.yaml) into SearchInputs."""
+                        output_dir: str | None, ep=None, etp=None,
+                        layer_fields: dict | None = None) -> SearchInputs:
+    """Resolve the options (and base.yaml) into SearchInputs; ``layer_fields``
+    (ModelSpec field -> value) changes the MoE/MLA fields of the model."""
     base_cfg = read_base(base) if base else None
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
+    if spec is not None and layer_fields:
+        spec = catalog.with_layers(spec, **layer_fields)
     if spec is None:
         if base_cfg is None:
             raise InputError("no model: give --model (and --size), --base base.yaml, or an "
@@ -86,7 +90,8 @@ def inputs_from_options(*, stack: Stack | None = None,
     workload = Workload(global_batch_size=gbs, seq_len=seq,
                         precision=precision or (base_cfg.precision if base_cfg else "bf16"))
     choices = AxisChoices(tp=tp, pp=pp, vp=vp, cp=cp, mbs=mbs, recompute=recompute, sp=sp,
-                          distributed_optimizer=distributed_optimizer, max_tp=max_tp_per_node)
+                          distributed_optimizer=distributed_optimizer, max_tp=max_tp_per_node,
+                          ep=ep, etp=etp)
     if top < 1:
         raise InputError(f"invalid --top {top}: must be at least 1")
     out = Path(output_dir) if output_dir else (

@@ -247,8 +247,10 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     def of_kind(kind):
         layer_kw = dict(kw, kind=kind, etp=plans.etp)
         full = layer_activation_bytes(*args, 0, **layer_kw)
-        # Selective keeps its smaller set; layers that full/block leaves alone keep all.
-        return full, np.where(selective, layer_activation_bytes(*args, 1, **layer_kw), full)
+        # Selective keeps its smaller set (less what its modules recompute); layers
+        # that full/block leaves alone keep all.
+        kept = layer_activation_bytes(*args, 1, modules=plans.recompute_modules, **layer_kw)
+        return full, np.where(selective, kept, full)
 
     full_dense, kept_dense = of_kind("dense")
     layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,

@@ -28,8 +28,8 @@ OBJECTIVES = ("throughput", "memory")
 GIB = 2.0 ** 30
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-TIME_FIELDS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_bubble_s",
-               "pp_p2p_s", "dp_comm_s", "optimizer_s")
+TIME_FIELDS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+               "pp_bubble_s", "pp_p2p_s", "dp_comm_s", "optimizer_s")
 MAX_NODE_TRIALS = 40
 """How many larger node counts the infeasible explanation evaluates at most."""
 MAX_NODE_FACTOR = 64

@@ -52,7 +52,9 @@ from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
-                                  Workload, counts_embedding_and_loss,
+                                  module_mask,
+                                  Workload, counts_embedding_and_loss, is_short_last_layout,
+                                  short_last_stage_split,
                                   stage_layer_columns, stage_layers)
 
 SWITCH_MODES = ("auto", "on", "off")
@@ -161,7 +163,7 @@ def tp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[
     return values
 
 
-def stage_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
+def stage_splits(num_layers: int, pp: int, mtp_layers: int = 0) -> list[tuple[int, int]]:
     """(first, last) stage layer counts worth trying for ``pp`` stages (0 = as the
     middle stages): the even split where pp divides L; the split that counts the
     embedding and the output layer as one layer each, first = last = (L+2)/pp - 1
@@ -170,9 +172,13 @@ def stage_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
     7, 14 x 8, 7, Dubey et al. 2024 Sec. 3.3.2); and where neither exists, the
     split closest to even: middle stages ceil(L/pp), the rest shared by the first
     and last (the last, which also holds the output layer, takes the smaller half).
+    With MTP modules (``mtp_layers``) also the split whose last stage is short
+    (``short_last_stage_split``), which Megatron-Bridge's DeepSeek-V3 layouts use
+    to make room for them.
     """
     if pp == 1:
         return [(0, 0)]
+    short = short_last_stage_split(num_layers, pp) if mtp_layers else 0
     splits = []
     if num_layers % pp == 0:
         splits.append((0, 0))
@@ -186,12 +192,18 @@ def stage_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
         first = rest - last
         if last >= 1 and first <= middle:
             splits.append((first, last))
+    if short and (0, short) not in splits:
+        splits.append((0, short))
     return splits
 
 
-def default_split(num_layers: int, pp: int) -> tuple[int, int]:
+def default_split(num_layers: int, pp: int, mtp_layers: int = 0) -> tuple[int, int]:
     """The split ``estimate`` uses for a pp that does not divide the layers and
-    no split given: the first of ``stage_splits`` (InputError when none)."""
+    no split given: with MTP modules the short last stage (the Bridge
+    layouts'), else the first of ``stage_splits`` (InputError when none)."""
+    short = short_last_stage_split(num_layers, pp) if mtp_layers else 0
+    if short:
+        return 0, short
     splits = [s for s in stage_splits(num_layers, pp) if s != (0, 0)]
     if not splits:
         raise InputError(f"invalid pp {pp}: cannot split the {num_layers} layers into {pp} "
@@ -203,11 +215,11 @@ def pp_values(model: ModelSpec, cluster: Cluster, choices: AxisChoices) -> list[
     """pp must split the layers, evenly or unevenly (``stage_splits``)."""
     if choices.pp is None:
         return [p for p in range(1, min(model.num_layers, cluster.num_gpus) + 1)
-                if stage_splits(model.num_layers, p)
+                if stage_splits(model.num_layers, p, model.mtp_layers)
                 and (model.num_layers % p == 0 or cluster.num_gpus % p == 0)]
     values = sorted(set(choices.pp))
     for p in values:
-        if p > model.num_layers or not stage_splits(model.num_layers, p):
+        if p > model.num_layers or not stage_splits(model.num_layers, p, model.mtp_layers):
             raise InputError(f"invalid pp {p}: cannot split the {model.num_layers} layers of "
                              f"{model.name} into {p} stages")
         if p > cluster.num_gpus:
@@ -269,7 +281,7 @@ def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.nd
     which the masks then check so its rejections are counted."""
     rows = []
     for p in pps:
-        for first, last in stage_splits(model.num_layers, p):
+        for first, last in stage_splits(model.num_layers, p, model.mtp_layers):
             layers = _split_layers(model.num_layers, p, first, last)
             if choices.vp is not None:
                 vps = sorted(set(choices.vp))
@@ -277,6 +289,10 @@ def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.nd
                 vps = [1]
             elif counts_embedding_and_loss(model.num_layers, p, first, last):
                 vps = divisors((model.num_layers + 2) // p)
+            elif first == 0 and last and last == short_last_stage_split(model.num_layers, p):
+                vps = [v for v in divisors(layers[1])
+                       if layers[2] % v == 0 or is_short_last_layout(model.num_layers, p, v,
+                                                                     first, last)]
             else:
                 vps = [v for v in divisors(layers[1]) if layers[0] % v == 0
                        and layers[2] % v == 0]
@@ -323,7 +339,9 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
                        | (stages["last"] % vp != 0))
          & ~(counts_embedding_and_loss(model.num_layers, pp, cols.get("first_stage_layers", 0),
                                        cols.get("last_stage_layers", 0))
-             & ((model.num_layers + 2) % (pp * vp) == 0))),
+             & ((model.num_layers + 2) % (pp * vp) == 0))
+         & ~is_short_last_layout(model.num_layers, pp, vp, cols.get("first_stage_layers", 0),
+                                 cols.get("last_stage_layers", 0))),
         (R_SP_TP, sp & (tp == 1)),
         (R_SP_SEQ, sp & ((workload.seq_len // cp) % tp != 0)),
         (R_GBS, workload.global_batch_size % (mbs * dp) != 0),
@@ -336,24 +354,45 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
     ]
 
 
-def recompute_variants(chunk_layers: int, kinds: tuple[str, ...]) -> np.ndarray:
-    """Rows of (kind code, method code, num layers) for one model-chunk size.
+def module_variants(model: ModelSpec) -> tuple[int, ...]:
+    """Selective-recompute module sets tried for a model (bitmasks of
+    RECOMPUTE_MODULES): Megatron's default (core_attn) for every model; for MoE
+    models also the sets the Megatron-Bridge MoE performance recipes use
+    (perf_recipes/*: ["mla_up_proj"], ["layernorm", "moe_act"], ["mlp"],
+    ["mla_up_proj", "mlp"]), MLA's only for MLA models."""
+    sets = [""]
+    if model.is_moe:
+        sets += ["layernorm,moe_act", "mlp"]
+        if model.attention_kind == "mla":
+            sets += ["mla_up_proj", "mla_up_proj,mlp"]
+    return tuple(module_mask(m) for m in sets)
 
-    full/uniform lists every divisor n of the chunk (groups of n layers);
-    full/block lists 1 <= n < chunk (block n = chunk equals uniform 1).
+
+def recompute_variants(chunk_layers: int, kinds: tuple[str, ...],
+                       modules: tuple[int, ...] = (1,)) -> np.ndarray:
+    """Rows of (kind code, method code, num layers, modules mask) for one
+    model-chunk size.
+
+    selective lists each module set of ``modules``; full/uniform lists every
+    divisor n of the chunk (groups of n layers); full/block lists
+    1 <= n < chunk (block n = chunk equals uniform 1).
     """
     rows = []
+    default = module_mask("")
     uniform, block = RECOMPUTE_METHODS.index("uniform"), RECOMPUTE_METHODS.index("block")
     for kind in RECOMPUTE_KINDS:
         if kind not in kinds:
             continue
         code = RECOMPUTE_KINDS.index(kind)
-        if kind != "full":
-            rows.append((code, uniform, 0))
+        if kind == "selective":
+            rows += [(code, uniform, 0, mask) for mask in modules]
             continue
-        rows += [(code, uniform, n) for n in divisors(chunk_layers)]
-        rows += [(code, block, n) for n in range(1, chunk_layers)]
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+        if kind != "full":
+            rows.append((code, uniform, 0, default))
+            continue
+        rows += [(code, uniform, n, default) for n in divisors(chunk_layers)]
+        rows += [(code, block, n, default) for n in range(1, chunk_layers)]
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
 
 
 def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
@@ -396,7 +435,8 @@ def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
     cols = {k: v[keep] for k, v in cols.items()}
 
     chunk, whole_chunk = _chunk_layers(model, cols)
-    weight = _variant_counts(model.num_layers, kinds)[np.where(whole_chunk, chunk, 0)]
+    modules = module_variants(model)
+    weight = _variant_counts(model.num_layers, kinds, modules)[np.where(whole_chunk, chunk, 0)]
 
     rejected: dict[str, int] = {}
     alive = np.ones(len(weight), dtype=bool)
@@ -407,38 +447,40 @@ def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
         alive &= ~broken
     cols = {k: v[alive] for k, v in cols.items()}
     considered = int(weight.sum())
-    return PlanSpace(plans=_expand_recompute(model, cols, kinds, num_gpus),
+    return PlanSpace(plans=_expand_recompute(model, cols, kinds, num_gpus, modules),
                      rejected=rejected, considered=considered)
 
 
-def _variant_counts(num_layers: int, kinds: tuple[str, ...]) -> np.ndarray:
+def _variant_counts(num_layers: int, kinds: tuple[str, ...],
+                    modules: tuple[int, ...] = (1,)) -> np.ndarray:
     """Recompute variants per chunk size 0..num_layers (0: chunk not whole,
     counted once per kind)."""
     counts = np.zeros(num_layers + 1, dtype=np.int64)
     counts[0] = len(kinds)
     for n in range(1, num_layers + 1):
-        counts[n] = len(recompute_variants(n, kinds))
+        counts[n] = len(recompute_variants(n, kinds, modules))
     return counts
 
 
 def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tuple[str, ...],
-                      num_gpus: int) -> PlanTable:
+                      num_gpus: int, modules: tuple[int, ...] = (1,)) -> PlanTable:
     """Cross each surviving row with the recompute variants of its chunk size
     (one numpy repeat per distinct chunk size, not a loop per plan)."""
     chunk, _ = _chunk_layers(model, cols)
     parts: list[dict[str, np.ndarray]] = []
     for size in np.unique(chunk):
         rows = np.flatnonzero(chunk == size)
-        variants = recompute_variants(int(size), kinds)
+        variants = recompute_variants(int(size), kinds, modules)
         k = len(variants)
         part = {name: np.repeat(v[rows], k) for name, v in cols.items()}
         part["recompute"] = np.tile(variants[:, 0], len(rows)).astype(np.int8)
         part["recompute_method"] = np.tile(variants[:, 1], len(rows)).astype(np.int8)
         part["recompute_num_layers"] = np.tile(variants[:, 2], len(rows))
+        part["recompute_modules"] = np.tile(variants[:, 3], len(rows))
         parts.append(part)
     names = ("tp", "pp", "vp", "cp", "mbs", "sp", "distributed_optimizer", "recompute",
              "recompute_method", "recompute_num_layers", "first_stage_layers",
-             "last_stage_layers", "ep", "etp")
+             "last_stage_layers", "ep", "etp", "recompute_modules")
     if parts:
         merged = {n: np.concatenate([p[n] for p in parts]) for n in names}
     else:

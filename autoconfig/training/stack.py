@@ -142,6 +142,23 @@ class SoftwareFeatures:
     megatron-core's default), which pays a kernel launch and a small-GEMM tail
     per expert."""
 
+    moe_imbalance: float = 1.0
+    """Tokens routed to the busiest expert rank over the mean (>= 1). The
+    published MoE benchmarks force-balance the router (Megatron-Bridge
+    performance recipes: moe_router_force_load_balancing), so 1.0 there; a
+    real router with an auxiliary balancing loss runs above it."""
+    moe_capacity_factor: float = 0.0
+    """Megatron --moe-expert-capacity-factor: tokens over an expert's capacity
+    are dropped, so no rank computes more than this times its mean share;
+    0: dropless (no capacity)."""
+
+    @property
+    def moe_expert_load(self) -> float:
+        """Expert work of the busiest rank over the balanced share."""
+        if self.moe_capacity_factor:
+            return min(self.moe_imbalance, self.moe_capacity_factor)
+        return self.moe_imbalance
+
     @property
     def launchable(self) -> bool:
         """Runs on megatron-core, what the launch files start and the profiling worker runs."""
@@ -287,7 +304,8 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "moe_a2a_overlap": "moe_a2a_overlap",
                     "moe_grouped_gemm": "moe_grouped_gemm"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
-OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher")
+OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
+             "moe_imbalance", "moe_capacity_factor")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -302,6 +320,17 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
                if name in SWITCH_OVERRIDES and value is not None}
     grad_reduce_dtype, fsdp_sharding = overrides.get("grad_reduce_dtype"), overrides.get(
         "fsdp_sharding")
+    imbalance, capacity = overrides.get("moe_imbalance"), overrides.get("moe_capacity_factor")
+    if imbalance is not None:
+        if not 1.0 <= imbalance <= 64.0:
+            raise InputError(f"invalid --moe-imbalance {imbalance:g}: must be in [1, 64] "
+                             "(tokens of the busiest expert rank over the mean)")
+        changes["moe_imbalance"] = float(imbalance)
+    if capacity is not None:
+        if capacity != 0 and not 0.0 < capacity <= 64.0:
+            raise InputError(f"invalid --moe-capacity-factor {capacity:g}: must be in (0, 64], "
+                             "or 0 for dropless")
+        changes["moe_capacity_factor"] = float(capacity)
     dispatcher = overrides.get("moe_dispatcher")
     if dispatcher is not None:
         if dispatcher not in MOE_DISPATCHERS:
@@ -333,6 +362,9 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
         flags += ["--grad-reduce-dtype", grad_reduce_dtype(features)]
     if features.moe_dispatcher != stack.moe_dispatcher:
         flags += ["--moe-dispatcher", features.moe_dispatcher]
+    for name in ("moe_imbalance", "moe_capacity_factor"):
+        if getattr(features, name) != getattr(stack, name):
+            flags += [f"--{name.replace('_', '-')}", f"{getattr(features, name):g}"]
     if features.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
         sharding = {v: k for k, v in FSDP_SHARDING.items()}[features.param_gathers_per_microbatch]
         flags += ["--fsdp-sharding", sharding]

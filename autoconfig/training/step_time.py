@@ -32,14 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
+from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p2p_s,
+                                  ring_allreduce_s)
+from autoconfig.training.activations import moe_split_width
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
-from autoconfig.core.model import (ModelSpec, embedding_params, layer_params,
-                              model_flops_per_token, output_layer_params)
+from autoconfig.core.model import (Linear, ModelSpec, attention_linears, embedding_params,
+                                   layer_params, mlp_linears, model_flops_per_token,
+                                   output_layer_params)
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
-                                  stage_layer_columns)
+                                  stage_kind_columns, stage_layer_columns)
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
 
@@ -112,6 +115,8 @@ class StepTimeBreakdown:
     """Exposed tensor-parallel (and SP) communication."""
     cp_comm_s: np.ndarray
     """Exposed context-parallel communication."""
+    ep_comm_s: np.ndarray
+    """Exposed expert-parallel token dispatch and combine (MoE layers)."""
     pp_bubble_s: np.ndarray
     """Pipeline fill/drain bubble: (pp - 1) / vp micro-batch times of the stages
     without the output layer."""
@@ -184,19 +189,29 @@ def wave_quantization(m, n, tile_m: float, tile_n: float, sm_count: int):
     return waves * sm_count * tile_m * tile_n / (m * n)
 
 
-def _layer_gemms(model: ModelSpec, t):
-    """(flops per token per GPU, N, K) of the four weight GEMMs of one layer.
+def _linear_gemm(x: Linear, t):
+    """(flops per token per GPU, N, K, M scale) of one weight matrix under tp
+    ranks: column-parallel splits N, row-parallel splits K; a replicated one
+    (MLA's down-projections) runs whole on each rank's 1/t of the tokens
+    (megatron-core computes the latents before gathering the sequence), so
+    its FLOPs split too and its M is tokens/t."""
+    flops = 2.0 * x.in_features * x.out_features / t
+    if x.parallel == "column":
+        return flops, x.out_features / t, x.in_features, 1.0
+    if x.parallel == "row":
+        return flops, x.out_features, x.in_features / t, 1.0
+    return flops, x.out_features + 0.0 * t, x.in_features, 1.0 / t
 
-    QKV (h x (h + 2 kv_h) / t), projection (h/t x h), MLP up (h x u f / t with
-    u = 2 for SwiGLU) and MLP down (f/t x h): Megatron column/row parallel
-    layers (Shoeybi et al. 2019, Sec. 3).
-    """
-    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
-    up = 2 if model.mlp_kind == "swiglu" else 1
-    return ((2.0 * h * (h + 2 * kv) / t, (h + 2 * kv) / t, h),
-            (2.0 * h * h / t, h, h / t),
-            (2.0 * h * up * f / t, up * f / t, h),
-            (2.0 * f * h / t, h, f / t))
+
+def _layer_gemms(model: ModelSpec, t, ffn: int | None = None):
+    """(flops per token per GPU, N, K) of the weight GEMMs of one layer: the
+    attention's (GQA: QKV h x (h + 2 kv_h) / t and projection h/t x h) and an
+    MLP of width ``ffn`` (default the dense FFN; 0: none): up h x u f / t with
+    u = 2 for SwiGLU, down f/t x h. Megatron column/row parallel layers
+    (Shoeybi et al. 2019, Sec. 3)."""
+    ffn = model.ffn_hidden_size if ffn is None else ffn
+    linears = attention_linears(model) + (mlp_linears(model, ffn) if ffn else ())
+    return tuple(_linear_gemm(x, t) for x in linears)
 
 
 def _elementwise_bytes_per_layer(model: ModelSpec, s, b, t, cp, sp, flash: bool):
@@ -229,16 +244,26 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
                                  plans.last_stage_layers)
 
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    times = _forward_times(model, workload, plans, gpu, c, sw)
-
-    def stage(layers, logits: float | np.ndarray):
-        return _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens,
-                                 layers, logits)
-
     single = pp == 1
-    first = stage(stages["first"], np.where(single, 1.0, 0.0))
-    middle = stage(stages["middle"], np.where(single, 1.0, 0.0))
-    last = stage(stages["last"], 1.0)
+    kinds = {}
+    if model.is_moe:
+        times = {"dense": _forward_times(model, workload, plans, gpu, c, sw),
+                 "moe": _forward_times(model, workload, plans, gpu, c, sw, "moe", cluster)}
+        kinds = stage_kind_columns(model, pp, plans.first_stage_layers, plans.last_stage_layers)
+        # The MTP modules run on the stage that holds the output layer.
+        mtp_kind = model.layer_pattern[-1]
+        for name, holds in (("first", single), ("middle", single), ("last", True)):
+            kinds[name][mtp_kind] = kinds[name][mtp_kind] + np.where(holds, model.mtp_layers, 0)
+    else:
+        times = _forward_times(model, workload, plans, gpu, c, sw)
+
+    def stage(name, logits: float | np.ndarray):
+        return _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens,
+                                 stages[name], logits, kinds.get(name))
+
+    first = stage("first", np.where(single, 1.0, 0.0))
+    middle = stage("middle", np.where(single, 1.0, 0.0))
+    last = stage("last", 1.0)
     per_stage = np.stack([first["total"], middle["total"], last["total"]])
     slowest = np.argmax(per_stage, axis=0)
     pick = {k: np.choose(slowest, [first[k], middle[k], last[k]]) for k in last}
@@ -260,13 +285,17 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
 
     # Gradients and optimizer state: the last stage holds the output layer, the most parameters.
     layers = stages["last"]
+    params, experts = _stage_params_per_gpu(model, t, layers, plans, kinds.get("last"))
     if sw.param_gathers_per_microbatch > 0:
         dp_comm = micro * _sharded_dp_comm_per_microbatch(
-            model, cluster, c, sw, t, cp, dp, layers, window_s=last["total"])
+            model, cluster, c, sw, t, cp, dp, layers, params + experts, window_s=last["total"])
     else:
-        dp_comm = _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers,
+        dp_comm = _dp_comm(cluster, c, sw, plans, t, cp, dp, params,
                            backward_window_s=last["backward"])
-    optimizer = _optimizer_s(model, c, plans, t, cp, dp, layers, hbm)
+        if model.is_moe:
+            dp_comm = dp_comm + _expert_dp_comm(cluster, c, sw, plans, experts,
+                                                backward_window_s=last["backward"])
+    optimizer = _optimizer_s(c, plans, t, cp, dp, params, experts, hbm)
 
     step = micro * pick["total"] + bubble + pp_p2p + dp_comm + optimizer
     num_gpus = t * pp * dp * cp
@@ -274,7 +303,8 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     model_tflops = tokens_per_gpu * model_flops_per_token(model, workload.seq_len) / 1e12
     return StepTimeBreakdown(
         compute_s=micro * (pick["compute"] + pick["fixed"]), recompute_s=micro * pick["recompute"],
-        tp_comm_s=micro * pick["tp"], cp_comm_s=micro * pick["cp"], pp_bubble_s=bubble,
+        tp_comm_s=micro * pick["tp"], cp_comm_s=micro * pick["cp"], ep_comm_s=micro * pick["ep"],
+        pp_bubble_s=bubble,
         pp_p2p_s=pp_p2p, dp_comm_s=dp_comm, optimizer_s=optimizer, step_time_s=step,
         tokens_per_s_per_gpu=tokens_per_gpu, model_tflops_per_gpu=model_tflops,
         mfu=model_tflops / gpu.peak_tflops(workload.precision))
@@ -300,24 +330,57 @@ def _exposed_p2p_s(p2p_one_s, micro, vp, microbatch_s, overlapped: bool):
 
 
 def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, layers,
-                      logits) -> dict:
+                      logits, kinds: dict | None = None) -> dict:
     """Seconds one micro-batch spends on a stage of ``layers`` transformer layers
     (forward + backward), with ``logits`` = 1 where the stage holds the output
-    layer: compute, recompute, exposed TP and CP communication and the
-    framework's fixed per-layer cost, their total, and the backward part (the
-    window the gradient reduce can hide behind)."""
-    layer_fwd, attn, attn_bwd = times["layer"], times["attention"], times["attention_backward"]
-    logits_fwd = logits * times["logits"]
-    # Recompute: full -> forward of the recomputed layers; selective -> attention core.
+    layer: compute, recompute, exposed TP, CP and expert-parallel communication
+    and the framework's fixed per-layer cost, their total, and the backward part
+    (the window the gradient reduce can hide behind).
+
+    ``kinds`` maps each layer kind to its count on the stage (MoE models; MTP
+    modules counted on the stage with the output layer); ``times`` then maps
+    each kind to its forward times. Recomputed layers are shared among the
+    kinds in proportion to their counts."""
     full_layers = np.where(
         (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
         np.minimum(plans.recompute_num_layers * vp, layers), layers)
     rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
+    if kinds is None:
+        parts = [(times, layers, rc_layers)]
+        logits_fwd = logits * times["logits"]
+    else:
+        total = np.maximum(kinds["dense"] + kinds["moe"], 1.0)
+        parts = [(times[k], kinds[k], rc_layers * kinds[k] / total) for k in ("dense", "moe")]
+        logits_fwd = logits * (1.0 + model.mtp_layers) * times["dense"]["logits"]
+    out = None
+    for kind_times, n, rc in parts:
+        one = _layers_microbatch(model, cluster, c, sw, plans, kind_times, t, cp, tokens, n, rc)
+        out = one if out is None else {k: out[k] + one[k] for k in out}
+    # Forward + backward of the output layer: 3 x forward, like any GEMM.
+    out["compute"] = out["compute"] + 3.0 * logits_fwd
+    out["backward"] = out["backward"] + 2.0 * logits_fwd
+    out["total"] = (out["compute"] + out["recompute"] + out["tp"] + out["cp"] + out["ep"]
+                    + out["fixed"])
+    return out
+
+
+def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layers,
+                       rc_layers) -> dict:
+    """One micro-batch through ``layers`` layers of one kind (``rc_layers`` of them
+    recomputed in full): the terms of ``_stage_microbatch`` without the output layer."""
+    layer_fwd, attn, attn_bwd = times["layer"], times["attention"], times["attention_backward"]
+    # Recompute: full -> forward of the recomputed layers; selective -> attention core.
+    # Selective recompute modules (``RECOMPUTE_MODULES``): MLA's up-projections and
+    # the whole MLP / MoE block run their forward again (the norms and the
+    # experts' activation are elementwise and cheap: not counted).
+    block = plans.recomputes("mlp") | plans.recomputes("moe")
+    modules = (np.where(plans.recomputes("mla_up_proj"), times["mla_up"], 0.0)
+               + np.where(block, times["mlp_fwd"], 0.0))
     recompute = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
                          np.where(plans.recompute == _SELECTIVE,
-                                  layers * (attn + times["scores"]), 0.0))
+                                  layers * (attn + times["scores"] + modules), 0.0))
     # Forward + backward: 3 x forward for the GEMMs, the attention core its own backward.
-    compute = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd) + 3.0 * logits_fwd
+    compute = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd)
     tp = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
                                  times["column_parallel_gemms"] if sw.tp_async_backward else None)
     if sw.tp_comm_overlap:
@@ -325,13 +388,36 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
     cp_comm = (_cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
                + layers * times["cp_correction"])
     fixed = layers * c.layer_overhead_s.get(sw.framework, 0.0)
-    backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd) + 2.0 * logits_fwd
-    return {"compute": compute, "recompute": recompute, "tp": tp, "cp": cp_comm, "fixed": fixed,
-            "total": compute + recompute + tp + cp_comm + fixed, "backward": backward}
+    backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd)
+    ep = 0.0
+    if "ep_comm" in times:
+        # A recomputed MoE block dispatches and combines its tokens again.
+        ep = _exposed_ep_comm(times["ep_comm"], layers, rc_layers + np.where(block, layers, 0.0),
+                              3.0 * layer_fwd - 2.0 * attn + attn_bwd, sw.moe_a2a_overlap)
+    return {"compute": compute, "recompute": recompute, "tp": tp, "cp": cp_comm, "ep": ep,
+            "fixed": fixed, "backward": backward}
+
+
+def _exposed_ep_comm(dispatch_combine_s, layers, rc_layers, layer_compute_s, overlapped: bool):
+    """Exposed expert-parallel token traffic of one micro-batch.
+
+    Each MoE layer dispatches its tokens to their experts and combines the
+    results back: once in forward, once (the gradients, the same volume) in
+    backward, and once more in a full recompute's forward (megatron-core
+    recomputes the whole layer, dispatch included). Without overlap every one
+    waits on the compute stream. With megatron-core's expert-parallel comm
+    overlap (--overlap-moe-expert-parallel-comm) the 1F1B schedule runs one
+    micro-batch's dispatch and combine while another computes the same layer,
+    so only what exceeds the layer's forward and backward compute is exposed."""
+    total = (2.0 * layers + rc_layers) * dispatch_combine_s
+    if not overlapped:
+        return total
+    return np.maximum(0.0, total - layers * layer_compute_s)
 
 
 def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
-                   c: PerfConstants, sw: SoftwareFeatures) -> dict:
+                   c: PerfConstants, sw: SoftwareFeatures, kind: str = "dense",
+                   cluster: Cluster | None = None) -> dict:
     """Forward seconds of one micro-batch on one GPU: a whole layer, its attention
     core (and that core's backward), its s^2 score traffic (unfused attention
     only) and the output layer.
@@ -339,9 +425,11 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     Weight GEMMs and logits at the roofline efficiency (``gemm_time_s``), FP8
     speeding up only those; fused attention at its own kernel efficiency
     (``_flash_attention_times``); non-GEMM kernels at HBM speed on the
-    Korthikanti activation bytes.
+    Korthikanti activation bytes. ``kind`` ``moe``: the MLP is the MoE block
+    (``_moe_block_times``: router, experts, shared experts, token traffic).
     """
     t, cp, b = plans.tp.astype(float), plans.cp.astype(float), plans.mbs.astype(float)
+    ffn = 0 if kind == "moe" else model.ffn_hidden_size
     s = float(workload.seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
@@ -355,8 +443,13 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
                            c.gemm_size_factor) * wave_quantization(
             m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
 
-    gemms = [gemm(fl, n, k) / fp8 for fl, n, k in _layer_gemms(model, t)]
+    gemms = [gemm(fl, n, k, m=tokens * scale) / fp8
+             for fl, n, k, scale in _layer_gemms(model, t, ffn)]
     weight_gemm = sum(gemms)
+    names = [x.name for x in attention_linears(model)]
+    attention_gemms = len(names)
+    mla_up = sum(g for g, name in zip(gemms, names) if name in ("q_up", "kv_up"))
+    mlp_fwd = sum(gemms[attention_gemms:])
     if sw.flash_attention:
         attn, attn_bwd = _flash_attention_times(model, s, tokens, t, peak,
                                                 c.attention_efficiency_of(gpu, sw.attention_kernel))
@@ -374,11 +467,114 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     factor = c.elementwise_traffic_factor / hbm
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8
-    return {"layer": weight_gemm + attn + factor * total, "attention": attn,
+    extra = {}
+    if kind == "moe":
+        block = _moe_block_times(model, workload, plans, cluster, c, sw, gemm, fp8, tokens)
+        weight_gemm = weight_gemm + block["gemm"]
+        mlp_fwd = block["gemm"]
+        moe_bytes = block["bytes"] - _dense_mlp_bytes(model, tokens, t, plans.sp)
+        linear, total = linear + moe_bytes, total + moe_bytes
+        extra = {"ep_comm": block["ep_comm"]}
+        gemms = gemms + [block["up_gemm"]]
+    return {**extra, "layer": weight_gemm + attn + factor * total, "attention": attn,
+            "mla_up": mla_up, "mlp_fwd": mlp_fwd,
             "attention_backward": attn_bwd, "weight_gemm": weight_gemm,
-            "column_parallel_gemms": (gemms[0], gemms[2]),
+            # Column-parallel GEMMs whose weight gradient hides the backward TP
+            # collective: the attention's input GEMMs and the MLP's up GEMM.
+            "column_parallel_gemms": (sum(gemms[:attention_gemms - 1]),
+                                      gemms[attention_gemms] if len(gemms) > attention_gemms
+                                      else 0.0),
             "scores": factor * (total - linear), "logits": logits,
             "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm)}
+
+
+def _dense_mlp_bytes(model: ModelSpec, tokens, t, sp):
+    """The MLP's share of ``_elementwise_bytes_per_layer`` for GPT shapes: of
+    Korthikanti's 34 s b h per layer, 4 h (the second norm's and the MLP's
+    inputs) kept whole without SP and the 16 h of a 4h GeLU MLP split over tp."""
+    h = model.hidden_size
+    return tokens * (np.where(sp, 4.0 / t, 4.0) * h + 16.0 * h / t)
+
+
+def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: Cluster,
+                     c: PerfConstants, sw: SoftwareFeatures, gemm, fp8: float,
+                     tokens) -> dict:
+    """Forward seconds and bytes of one MoE block (in place of the MLP) on one GPU.
+
+    Tokens: with sequence parallelism each of the tp ranks routes its 1/t of
+    the micro-batch's s b / cp tokens (``tokens``). Each token goes to top-k
+    experts; balanced routing sends as many copies to a rank as it sends out,
+    and expert tensor parallelism gathers the etp ranks' copies, so a rank's
+    E/ep local experts see ``tokens/t * k * etp`` copies, ``M = tokens/t * k *
+    etp * ep / E`` per expert. The expert GEMMs (up: h x u F/etp, down:
+    F/etp x h) go through the same roofline as every GEMM, so a small M (many
+    experts, small micro-batches) runs below the large-GEMM efficiency (the
+    1/M term of ``gemm_time_s``); FLOPs are the balanced share times the
+    busiest rank's load (``SoftwareFeatures.moe_expert_load``). The router's h x E GEMM runs on
+    every rank's tokens; the shared experts are a dense MLP split over tp.
+
+    Bytes: the MoE layer's stored activations (``moe_split_width``), which its
+    router, permute, activation and unpermute kernels write and read.
+
+    Token traffic (``ep_comm``, dispatch and combine of one forward): with the
+    all-to-all dispatchers each rank sends each of its copies to the rank of
+    its expert, (ep - 1)/ep of them leave the GPU, over NVLink to ranks of its
+    domain and over the scale-out network to the others (the expert group is
+    ep ranks at stride etp in megatron-core's tp-cp-ep-dp-pp order), and etp >
+    1 adds an all-gather of the copies over the etp ranks. The allgather
+    dispatcher instead gathers every token of the ep x etp group on each rank
+    and reduce-scatters the outputs. Combine moves what dispatch moved. FP8
+    training keeps the dispatch in bf16 (megatron-core casts inside the
+    experts), so 2 bytes an element.
+    """
+    h, k, n_exp = model.hidden_size, model.moe_topk, model.num_experts
+    t = plans.tp.astype(float)
+    ep, etp = plans.ep.astype(float), plans.etp.astype(float)
+    up = 2 if model.mlp_kind == "swiglu" else 1
+    ffn_e = model.moe_ffn_hidden_size
+    local = tokens / t
+    copies = local * k * etp
+    per_expert = copies * ep / n_exp
+    load = sw.moe_expert_load
+    expert_up = gemm(2.0 * h * up * ffn_e * k / t * load, up * ffn_e / etp, h,
+                     m=per_expert) / fp8
+    expert_down = gemm(2.0 * ffn_e * h * k / t * load, h, ffn_e / etp, m=per_expert) / fp8
+    router = gemm(2.0 * h * n_exp / t, n_exp + 0.0 * t, h, m=local)
+    shared_up = shared_down = 0.0
+    if model.moe_shared_expert_ffn_hidden_size:
+        shared = mlp_linears(model, model.moe_shared_expert_ffn_hidden_size)
+        shared_up, shared_down = (gemm(fl, n, kk, m=tokens * scale) / fp8
+                                  for fl, n, kk, scale in (_linear_gemm(x, t) for x in shared))
+    replicated = 4.0 * h  # the second norm's input and the router/shared-expert input
+    block_bytes = tokens * (np.where(plans.sp, replicated / t, replicated)
+                            + moe_split_width(model, workload.precision == "fp8", etp) / t)
+    return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
+            "up_gemm": expert_up + shared_up, "bytes": block_bytes,
+            "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp)}
+
+
+def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
+                        sw: SoftwareFeatures, local_tokens, ep, etp):
+    """Seconds of one MoE layer's forward dispatch plus combine on one GPU
+    (``_moe_block_times``)."""
+    gpu = cluster.gpu
+    nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    token_bytes = model.hidden_size * BF16_BYTES
+    group = ep * etp
+    if sw.moe_dispatcher == "allgather":
+        k_in = members_in_domain(group, 1, cluster.nvlink_domain_gpus)
+        gathered = group * local_tokens * token_bytes
+        one = 0.5 * hierarchical_allreduce_s(gathered, group, k_in, nv, ib, c.comm_latency_s)
+        return np.where(group > 1, 2.0 * one, 0.0)
+    copies = local_tokens * model.moe_topk * token_bytes
+    in_domain = members_in_domain(ep, etp, cluster.nvlink_domain_gpus)
+    over_nvlink = copies * (in_domain - 1.0) / ep
+    over_network = copies * (ep - in_domain) / ep
+    a2a = np.maximum(over_nvlink / nv, over_network / ib) + c.comm_latency_s
+    gather = np.where(etp > 1, 0.5 * ring_allreduce_s(copies * etp, etp, nv, c.comm_latency_s),
+                      0.0)
+    return np.where(ep > 1, 2.0 * a2a, 0.0) + 2.0 * gather
 
 
 def _misaligned_head_slowdown(model: ModelSpec, gpu: GPU) -> float:
@@ -503,14 +699,20 @@ def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_b
     return np.where(cp > 1, layers * exposed, 0.0)
 
 
-def _stage_params_per_gpu(model: ModelSpec, t, layers):
-    """Parameters one GPU of the last stage holds: its layers and the output
-    layer (or the tied embedding copy Megatron keeps there), split over TP."""
-    output = output_layer_params(model) or embedding_params(model)
-    return (layers * layer_params(model) + output) / t
+def _stage_params_per_gpu(model: ModelSpec, t, layers, plans: PlanTable, kinds=None):
+    """(non-expert, routed-expert) parameters one GPU of the last stage holds:
+    its layers and the output layer (or the tied embedding copy Megatron keeps
+    there), split over TP; MoE layers' experts split over ep x etp."""
+    output = (output_layer_params(model) or embedding_params(model)) / t
+    if not model.is_moe:
+        return layers * layer_params(model) / t + output, 0.0
+    from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
+    non_expert, expert = moe_layer_params_per_gpu(model, t, plans.ep, plans.etp)
+    return (kinds["dense"] * dense_layer_params_per_gpu(model, t) + kinds["moe"] * non_expert
+            + output, kinds["moe"] * expert)
 
 
-def _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers, backward_window_s):
+def _dp_comm(cluster, c, sw, plans, t, cp, dp, params, backward_window_s):
     """Exposed data-parallel gradient reduction (+ distributed-optimizer gather).
 
     Without the distributed optimizer: all-reduce of the stage's gradients
@@ -522,7 +724,6 @@ def _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers, backward_window_s)
     backward is exposed; without it all of it is.
     """
     gpu = cluster.gpu
-    params = _stage_params_per_gpu(model, t, layers)
     group = dp * cp
     k = members_in_domain(group, t, cluster.nvlink_domain_gpus)
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
@@ -536,7 +737,29 @@ def _dp_comm(model, cluster, c, sw, plans, t, cp, dp, layers, backward_window_s)
     return comm
 
 
-def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, window_s):
+def _expert_dp_comm(cluster, c, sw, plans, expert_params, backward_window_s):
+    """Exposed gradient reduction of the routed experts: the same collectives as
+    ``_dp_comm`` over the expert data-parallel group, tp*cp*dp/(ep*etp) ranks at
+    stride ep*etp (megatron-core's expert rank order etp-ep-edp-pp), sharing the
+    backward window the dense gradients overlap with."""
+    gpu = cluster.gpu
+    stride = plans.ep * plans.etp
+    group = plans.tp * plans.cp * plans.dp / stride
+    k = members_in_domain(group, stride, cluster.nvlink_domain_gpus)
+    nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    grads = hierarchical_allreduce_s(expert_params * sw.grad_reduce_bytes, group, k, nv, ib,
+                                     c.comm_latency_s)
+    gather = hierarchical_allreduce_s(expert_params * BF16_BYTES, group, k, nv, ib,
+                                      c.comm_latency_s)
+    comm = np.where(plans.distributed_optimizer, 0.5 * grads + 0.5 * gather, grads)
+    if sw.overlap_grad_reduce:
+        return np.maximum(0.0, comm - backward_window_s)
+    return comm
+
+
+def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, stage_params,
+                                    window_s):
     """Exposed fully-sharded data-parallel traffic of one micro-batch (PyTorch FSDP).
 
     Per layer (FSDP wraps each transformer block as a unit) and for the
@@ -560,17 +783,20 @@ def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, wi
                                                 ib, c.comm_latency_s)
         return gather, sw.param_gathers_per_microbatch * gather + reduce
 
-    first_gather, per_layer = unit(layer_params(model) / t)
-    _, per_output = unit((output_layer_params(model) or embedding_params(model)) / t)
+    output = (output_layer_params(model) or embedding_params(model)) / t
+    first_gather, per_layer = unit((stage_params - output) / np.maximum(layers, 1.0))
+    _, per_output = unit(output)
     comm = layers * per_layer + per_output
     if not sw.overlap_sharded_comm:
         return comm
     return np.maximum(first_gather, comm - window_s)
 
 
-def _optimizer_s(model, c, plans, t, cp, dp, layers, hbm_bytes_per_s):
+def _optimizer_s(c, plans, t, cp, dp, params, experts, hbm_bytes_per_s):
     """Adam step: memory bound, ``optimizer_bytes_per_param`` per parameter of
-    this GPU's shard (sharded over dp*cp by the distributed optimizer)."""
-    params = _stage_params_per_gpu(model, t, layers)
-    shard = np.where(plans.distributed_optimizer, params / (dp * cp), params)
+    this GPU's shard (sharded over dp*cp by the distributed optimizer, routed
+    experts over their expert data-parallel group)."""
+    edp = t * cp * dp / (plans.ep * plans.etp)
+    shard = np.where(plans.distributed_optimizer, params / (dp * cp) + experts / edp,
+                     params + experts)
     return shard * c.optimizer_bytes_per_param / hbm_bytes_per_s
