@@ -5,7 +5,15 @@ from tabulate import tabulate
 
 from autoconfig.core import catalog as cat
 from autoconfig.errors import InputError
-from autoconfig.core.model import total_params
+from autoconfig.core.model import active_params, total_params
+
+
+def _experts(m) -> str:
+    """'256 (top 8, 1 shared)' style, '-' for a dense model."""
+    if not m.is_moe:
+        return "-"
+    shared = " + shared" if m.moe_shared_expert_ffn_hidden_size else ""
+    return f"{m.num_experts} top {m.moe_topk}{shared}"
 from autoconfig.units import format_count
 
 KINDS = ("gpus", "models")
@@ -25,9 +33,10 @@ def catalog(kind: str | None) -> None:
         headers = ("gpu", "aliases", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM GB/s",
                    "NVLink GB/s", "GPUs/node", "IB GB/s/GPU")
     else:
-        rows = [(m.name, m.family, m.size_label, format_count(total_params(m)), m.num_layers,
+        rows = [(m.name, m.family, m.size_label, format_count(total_params(m)),
+                 format_count(active_params(m)), _experts(m), m.num_layers,
                  m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.vocab_size,
-                 m.seq_len, m.mlp_kind) for m in cat.all_models()]
-        headers = ("model", "family", "size", "params", "layers", "hidden", "heads",
-                   "kv heads", "ffn", "vocab", "seq", "mlp")
+                 m.seq_len, m.mlp_kind, m.attention_kind) for m in cat.all_models()]
+        headers = ("model", "family", "size", "params", "active", "experts", "layers", "hidden",
+                   "heads", "kv heads", "ffn", "vocab", "seq", "mlp", "attention")
     click.echo(tabulate(rows, headers=headers))

@@ -21,14 +21,14 @@ from autoconfig.training.stack import check_profilable
 
 def render_search(result, top: int, files: dict | None = None, spec=None) -> str:
     """The text the command prints: top plans, counts by reason, files."""
-    from autoconfig.reports.search_report import TOP_HEADERS, rejection_lines, top_rows
+    from autoconfig.reports.search_report import rejection_lines, top_headers, top_rows
     from autoconfig.units import format_count
     from autoconfig.core.model import total_params
     m, c, w = result.model, result.cluster, result.workload
     lines = [f"{m.name} ({format_count(total_params(m))} params) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
              f"{w.precision}, stack {result.stack}, objective {result.objective}", "",
-             tabulate(top_rows(result, top), headers=TOP_HEADERS), ""]
+             tabulate(top_rows(result, top), headers=top_headers(result)), ""]
     lines += rejection_lines(result)
     if spec is not None:
         lines += ["", f"launch files: hyper-parameters from {spec.base_source}"

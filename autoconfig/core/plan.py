@@ -355,25 +355,31 @@ def stage_kind_columns(model, pp, first, last) -> dict:
     kind's count on a stage is read off the running count of that kind over
     the pattern (DeepSeek-V3's three leading dense layers land on the first
     stage). Invalid splits (non-integral middles) are rounded; the plan space
-    rejects them anyway."""
+    rejects them anyway. Computed once per distinct (pp, first, last)."""
     from autoconfig.core.model import LAYER_KINDS
-    cols = stage_layer_columns(model.num_layers, pp, first, last)
+    pp, first, last = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(pp, first, last))
+    shape = pp.shape
+    base = model.num_layers + 1  # first and last are at most L: one integer per split
+    unique, inverse = np.unique(((pp * base + first) * base + last).ravel(), return_inverse=True)
+    u_pp, u_first, u_last = unique // (base * base), unique // base % base, unique % base
+    cols = stage_layer_columns(model.num_layers, u_pp, u_first, u_last)
     n = model.num_layers
     pattern = np.array(model.layer_pattern)
-    single = np.asarray(pp) == 1
+    single, two = u_pp == 1, u_pp == 2
     f = np.clip(np.round(cols["first"]), 0, n).astype(np.int64)
     mid = np.clip(np.round(cols["middle"]), 0, n).astype(np.int64)
     la = np.clip(np.round(cols["last"]), 0, n).astype(np.int64)
-    two = np.asarray(pp) == 2
     ranges = {"first": (np.zeros_like(f), f),
-              "middle": (np.where(single | two, 0, f), np.where(single | two, f, np.minimum(f + mid, n))),
+              "middle": (np.where(single | two, 0, f),
+                         np.where(single | two, f, np.minimum(f + mid, n))),
               "last": (np.where(single, 0, n - la), np.full_like(f, n))}
     out = {}
     for stage, (start, end) in ranges.items():
         out[stage] = {}
         for kind in LAYER_KINDS:
             running = np.concatenate([[0], np.cumsum(pattern == kind)])
-            out[stage][kind] = (running[end] - running[start]).astype(float)
+            counts = (running[end] - running[start]).astype(float)
+            out[stage][kind] = counts[inverse.ravel()].reshape(shape)
     return out
 
 

@@ -104,7 +104,7 @@ def _stage_times(model: ModelSpec, workload: InferenceWorkload, plans: Inference
     # M = inf: the size penalty's 1/M term is the weight traffic, which ``memory`` counts.
     layer_gemms = sum(gemm_time_s(flops * tokens, np.inf, n, k, peak, eff, ridge,
                                   c.gemm_size_factor)
-                      for flops, n, k in _layer_gemms(model, tp))
+                      for flops, n, k, _ in _layer_gemms(model, tp))
     logits_tokens = requests * logits_tokens_per_request
     logits = gemm_time_s(logits_flops_per_token(model) / tp * logits_tokens, np.inf,
                          model.vocab_size / tp, model.hidden_size, peak, eff, ridge,

@@ -48,10 +48,14 @@ def plan_key(plan: Plan) -> tuple:
 
 
 def plan_from_record(record: dict) -> Plan:
-    """Rebuild a Plan from the plan fields of a record (other keys ignored)."""
+    """Rebuild a Plan from the plan fields of a record (other keys ignored). A field
+    the record lacks (written before the field existed) or left empty (a CSV
+    cell read back as NaN) takes the field's default."""
     kwargs = {}
     for f in fields(Plan):
-        value = record[f.name]
+        value = record.get(f.name, f.default)
+        if value is None or (isinstance(value, float) and value != value):
+            value = f.default
         kwargs[f.name] = bool(value) if f.type in (bool, "bool") else (
             int(value) if f.type in (int, "int") else value)
     return Plan(**kwargs)

@@ -33,13 +33,23 @@ TOP_HEADERS = ("#", "TP", "PP", "VP", "CP", "DP", "SP", "MBS", "recompute", "dis
                "step s", "tok/s/GPU", "TFLOP/s/GPU", "MFU %", "mem GiB/GPU")
 
 
+def top_headers(result: SearchResult) -> tuple[str, ...]:
+    """TOP_HEADERS, with EP and ETP after CP for an MoE model."""
+    if not result.model.is_moe:
+        return TOP_HEADERS
+    return TOP_HEADERS[:5] + ("EP", "ETP") + TOP_HEADERS[5:]
+
+
 def top_rows(result: SearchResult, n: int) -> list[tuple]:
     """The rows of the top-plans table (as printed and in the markdown)."""
     rows = []
+    moe = result.model.is_moe
     for row in result.table.head(n).itertuples(index=False):
         recompute = recompute_label(row.recompute, row.recompute_method,
-                                    row.recompute_num_layers)
-        rows.append((row.rank, row.tp, row.pp, row.vp, row.cp, row.dp,
+                                    row.recompute_num_layers,
+                                    row.recompute_modules if moe else "")
+        experts = (row.ep, row.etp) if moe else ()
+        rows.append((row.rank, row.tp, row.pp, row.vp, row.cp, *experts, row.dp,
                      "on" if row.sp else "off", row.mbs, recompute,
                      "on" if row.distributed_optimizer else "off",
                      f"{row.step_time_s:.4g}", f"{row.tokens_per_s_per_gpu:.0f}",
@@ -63,17 +73,32 @@ def rejection_lines(result: SearchResult) -> list[str]:
              f"{sum(memory.values())} rejected for memory"]
     lines += [f"  never valid: {reason}: {count}" for reason, count in never.items()]
     lines += [f"  rejected for memory: {reason}: {count}" for reason, count in memory.items()]
-    return lines
+    return lines + csv_note(result)
+
+
+CSV_MAX_ROWS = 10_000
+"""plans.csv holds the best this many plans: formatting a CSV costs about 15 us a
+row on a 2-core machine, so an MoE grid's 200,000 fitting plans would take longer
+than the search itself (the counts of all of them stay in the report)."""
 
 
 def ranked_csv(result: SearchResult) -> str:
-    return result.table.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    return result.table.head(CSV_MAX_ROWS).to_csv(index=False, float_format="%.6g",
+                                                  lineterminator="\n")
+
+
+def csv_note(result: SearchResult) -> list[str]:
+    """The line saying plans.csv holds only the best plans, when it does."""
+    if result.feasible <= CSV_MAX_ROWS:
+        return []
+    return [f"plans.csv: the best {CSV_MAX_ROWS:,} of the {result.feasible:,} plans that fit"]
 
 
 def plan_document(plan: Plan) -> dict:
     """The plan's fields that apply: vp only with an interleaved schedule (> 1),
     recompute method and layers only with full recompute (Megatron-LM ignores
-    them otherwise), stage layers only for an uneven split. ``Plan(**doc)``
+    them otherwise), stage layers only for an uneven split, recompute modules
+    only when not the default, ep and etp only above 1. ``Plan(**doc)``
     gives the plan back (omitted = default)."""
     fields = plan.to_dict()
     if plan.vp == 1:
@@ -81,8 +106,11 @@ def plan_document(plan: Plan) -> dict:
     if plan.recompute != "full":
         fields.pop("recompute_method")
         fields.pop("recompute_num_layers")
-    for name in ("first_stage_layers", "last_stage_layers"):
+    for name in ("first_stage_layers", "last_stage_layers", "recompute_modules"):
         if not fields[name]:
+            fields.pop(name)
+    for name in ("ep", "etp"):
+        if fields[name] == 1:
             fields.pop(name)
     return fields
 
@@ -145,7 +173,7 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
              f"{w.precision}",
              f"- objective: {result.objective}", "",
              f"## Top {min(top, result.feasible)} plans", "",
-             tabulate(top_rows(result, top), headers=TOP_HEADERS, tablefmt="github"), "",
+             tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",
              "## Plans considered", ""]
     lines += [f"- {line.strip()}" for line in rejection_lines(result)]
     lines += ["", "## Best plan", "", f"{describe_plan(result.best)}", "",

@@ -375,9 +375,26 @@ def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stag
     pp = plans.pp
     single = pp == 1
     terms = _terms or _activation_terms(model, workload, plans, software)
-    layers = terms["layers"][stage]
-    kinds = terms["kinds"][stage] if terms["kinds"] else None
+    weights, grads, optimizer = _stage_states(model, workload, plans, stage, software, constants,
+                                              states, terms["layers"][stage],
+                                              terms["kinds"][stage] if terms["kinds"] else None)
     holds_output = single if stage != "last" else np.ones(len(plans), dtype=bool)
+    activations = _stage_activations(model, plans, terms, stage)
+    logits = np.where(holds_output, _logits_bytes(model, workload, plans, constants), 0.0)
+    allocated = weights + grads + optimizer + activations + logits
+    fragmentation, context = constants.overhead_of(software.framework)
+    overhead = allocated * (fragmentation - 1.0) + context
+    return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads,
+                           optimizer_bytes=optimizer, activations_bytes=activations,
+                           logits_bytes=logits, overhead_bytes=overhead,
+                           total_bytes=allocated + overhead)
+
+
+def _stage_states(model: ModelSpec, workload: Workload, plans: PlanTable, stage: str,
+                  software: SoftwareFeatures, constants: MemoryConstants, states: StateRecipe,
+                  layers, kinds):
+    """(weights, gradients, optimizer) bytes of one GPU of a stage."""
+    single = plans.pp == 1
     experts = {"ep": plans.ep, "etp": plans.etp, "kinds": kinds}
     params = stage_params(model, plans.tp, layers, stage, single, **experts)
     if stage == "middle":
@@ -402,15 +419,31 @@ def stage_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, stag
     if software.param_gathers_per_microbatch > 0:
         weights, grads, optimizer = _fully_sharded_states(
             model, plans, params, layers, shards, states, software)
-    activations = _stage_activations(model, plans, terms, stage)
-    logits = np.where(holds_output, _logits_bytes(model, workload, plans, constants), 0.0)
-    allocated = weights + grads + optimizer + activations + logits
+    return weights, grads, optimizer
+
+
+def states_lower_bound(model: ModelSpec, workload: Workload, plans: PlanTable, *,
+                       software: SoftwareFeatures | None = None,
+                       recipe: str | None = None) -> np.ndarray:
+    """Device bytes of the most loaded stage's weights, gradients and optimizer
+    state alone, with the allocator and context overhead: a lower bound of
+    ``memory_breakdown``'s total (activations and logits only add), cheap
+    enough to drop most plans that cannot fit before their activations are
+    counted."""
+    constants = load_constants()
+    software = software or SoftwareFeatures()
+    states = _recipe(constants, recipe)
+    layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,
+                                 plans.last_stage_layers)
+    kinds = (stage_kind_columns(model, plans.pp, plans.first_stage_layers,
+                                plans.last_stage_layers) if model.is_moe else None)
     fragmentation, context = constants.overhead_of(software.framework)
-    overhead = allocated * (fragmentation - 1.0) + context
-    return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads,
-                           optimizer_bytes=optimizer, activations_bytes=activations,
-                           logits_bytes=logits, overhead_bytes=overhead,
-                           total_bytes=allocated + overhead)
+    worst = 0.0
+    for stage in STAGE_RANKS:
+        total = sum(_stage_states(model, workload, plans, stage, software, constants, states,
+                                  layers[stage], kinds[stage] if kinds else None))
+        worst = np.maximum(worst, total)
+    return worst * fragmentation + context
 
 
 def _fully_sharded_states(model: ModelSpec, plans: PlanTable, params, layers, shards,

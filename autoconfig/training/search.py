@@ -17,6 +17,7 @@ from autoconfig.training import step_time as perf
 from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
+from autoconfig.core.plan import module_list
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
 from autoconfig.training.space import (R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
@@ -93,15 +94,21 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     space = runnable_recompute(enumerate_plans(model, workload, cluster, choices), software)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(workload, cluster, space))
-    mem = memory.memory_breakdown(model, workload, space.plans, software=software)
+    # Model states alone already overflow most large-model plans: drop those
+    # before counting activations (the lower bound never drops a plan that fits).
+    maybe = memory.states_lower_bound(model, workload, space.plans,
+                                      software=software) <= memory.usable_bytes(cluster.gpu)
+    candidates = space.plans.take(maybe) if not maybe.all() else space.plans
+    mem = memory.memory_breakdown(model, workload, candidates, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     if not fit.any():
+        mem = memory.memory_breakdown(model, workload, space.plans, software=software)
         raise InfeasibleError(_nothing_fits_message(model, workload, cluster, choices, space, mem,
                                                     software))
     rejected = dict(space.rejected)
-    if not fit.all():
-        rejected[R_MEMORY] = int((~fit).sum())
-    plans = space.plans.take(fit)
+    if len(space.plans) > int(fit.sum()):
+        rejected[R_MEMORY] = len(space.plans) - int(fit.sum())
+    plans = candidates.take(fit)
     mem = _take(mem, fit)
     times = perf.step_time(model, workload, plans, cluster, software=software)
     order = _rank(plans, mem, times, objective)
@@ -191,19 +198,29 @@ def _take(breakdown, index):
     return replace(breakdown, **values)
 
 
+def _module_lists(plans: PlanTable) -> np.ndarray:
+    """Each plan's recompute modules as text ('' unless selective with modules)."""
+    masks = np.where(plans.recompute_is("selective"), plans.recompute_modules, 1)
+    names = {int(m): module_list(int(m)) for m in np.unique(masks)}
+    return np.array([names[int(m)] for m in masks], dtype=object) if len(names) > 1 else \
+        np.full(len(masks), next(iter(names.values()), ""), dtype=object)
+
+
 def _table(plans: PlanTable, workload: Workload, mem, times) -> pd.DataFrame:
     """The plan columns, the headline predictions, then the breakdowns."""
     n = len(plans)
     micro_batches = workload.global_batch_size // (plans.mbs * plans.dp)
     data = {
         "rank": np.arange(1, n + 1),
-        "tp": plans.tp, "pp": plans.pp, "vp": plans.vp, "cp": plans.cp, "dp": plans.dp,
+        "tp": plans.tp, "pp": plans.pp, "vp": plans.vp, "cp": plans.cp, "ep": plans.ep,
+        "etp": plans.etp, "dp": plans.dp,
         "sp": plans.sp, "mbs": plans.mbs, "micro_batches": micro_batches,
         "recompute": np.array(RECOMPUTE_KINDS, dtype=object)[plans.recompute],
         "recompute_method": np.where(plans.recompute == RECOMPUTE_KINDS.index("full"),
                                      np.array(RECOMPUTE_METHODS, dtype=object)[
                                          plans.recompute_method], ""),
         "recompute_num_layers": plans.recompute_num_layers,
+        "recompute_modules": _module_lists(plans),
         "distributed_optimizer": plans.distributed_optimizer,
         "first_stage_layers": plans.first_stage_layers,
         "last_stage_layers": plans.last_stage_layers,

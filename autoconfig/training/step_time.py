@@ -448,7 +448,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     weight_gemm = sum(gemms)
     names = [x.name for x in attention_linears(model)]
     attention_gemms = len(names)
-    mla_up = sum(g for g, name in zip(gemms, names) if name in ("q_up", "kv_up"))
+    mla_up = sum((g for g, name in zip(gemms, names) if name in ("q_up", "kv_up")), 0.0 * tokens)
     mlp_fwd = sum(gemms[attention_gemms:])
     if sw.flash_attention:
         attn, attn_bwd = _flash_attention_times(model, s, tokens, t, peak,
