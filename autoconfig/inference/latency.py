@@ -59,8 +59,8 @@ from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
                                    logits_flops_per_token)
-from autoconfig.inference.memory import (ACTIVATION_BYTES, kv_bytes_per_token_per_gpu,
-                                         weights_bytes_per_gpu)
+from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
+                                         kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.training.step_time import (BF16_BYTES, PerfConstants, _layer_gemms,
                                            gemm_time_s, load_constants)
@@ -100,11 +100,23 @@ def _stage_times(model: ModelSpec, workload: InferenceWorkload, plans: Inference
     peak = gpu.peak_bf16_tflops * 1e12
     eff = c.efficiency_max(gpu)
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
-    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes)[:, None]
+    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)[:, None]
     # M = inf: the size penalty's 1/M term is the weight traffic, which ``memory`` counts.
     layer_gemms = sum(gemm_time_s(flops * tokens, np.inf, n, k, peak, eff, ridge,
                                   c.gemm_size_factor)
                       for flops, n, k, _ in _layer_gemms(model, tp))
+    ep_comm = 0.0
+    if model.is_moe:
+        moe_gemms = sum(gemm_time_s(flops * tokens, np.inf, n, k, peak, eff, ridge,
+                                    c.gemm_size_factor)
+                        for flops, n, k, _ in _layer_gemms(model, tp, 0))
+        moe_gemms = moe_gemms + gemm_time_s(_moe_flops_per_token(model) / tp * tokens, np.inf,
+                                            model.hidden_size, model.moe_ffn_hidden_size, peak,
+                                            eff, ridge, c.gemm_size_factor)
+        share = model.layers_of("moe") / model.num_layers
+        layer_gemms = (1.0 - share) * layer_gemms + share * moe_gemms
+        weights = weights - _untouched_expert_bytes(model, plans, nbytes, tokens)
+        ep_comm = layers * share * _dispatch_combine_s(model, cluster, c, plans, tokens)
     logits_tokens = requests * logits_tokens_per_request
     logits = gemm_time_s(logits_flops_per_token(model) / tp * logits_tokens, np.inf,
                          model.vocab_size / tp, model.hidden_size, peak, eff, ridge,
@@ -127,7 +139,45 @@ def _stage_times(model: ModelSpec, workload: InferenceWorkload, plans: Inference
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
-    return np.maximum(compute, memory) + tp_comm + p2p, tp_comm
+    return np.maximum(compute, memory) + tp_comm + p2p + ep_comm, tp_comm
+
+
+def _moe_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of an MoE block per token: router, top-k experts, shared."""
+    up = 2 if model.mlp_kind == "swiglu" else 1
+    per_expert = 2.0 * (up + 1) * model.hidden_size * model.moe_ffn_hidden_size
+    shared = 2.0 * (up + 1) * model.hidden_size * model.moe_shared_expert_ffn_hidden_size
+    return (2.0 * model.hidden_size * model.num_experts + model.moe_topk * per_expert + shared)
+
+
+def _untouched_expert_bytes(model: ModelSpec, plans: InferencePlanTable, nbytes: int, tokens):
+    """Routed-expert weights a GPU does not read in one step: with N token copies
+    routed at random over E experts, each expert is hit with probability
+    1 - (1 - 1/E)^N, so a decode step of a small batch reads only the experts
+    its tokens chose. N counts the tokens of every replica sharing the experts
+    (ep/tp of them with expert parallelism)."""
+    ep = plans.ep.astype(float)[:, None]
+    tp = plans.tp.astype(float)[:, None]
+    sharing = np.where(ep > 1, ep / tp, 1.0)
+    copies = tokens * sharing * model.moe_topk
+    hit = 1.0 - (1.0 - 1.0 / model.num_experts) ** copies
+    experts = expert_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)[:, None]
+    return experts * (1.0 - hit)
+
+
+def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
+                        plans: InferencePlanTable, tokens):
+    """Seconds one MoE layer spends sending its token copies to the experts' GPUs
+    and back (expert parallelism only): (ep - 1)/ep of the copies leave the GPU,
+    over NVLink within the domain, else over the scale-out network."""
+    gpu = cluster.gpu
+    ep = plans.ep.astype(float)[:, None]
+    tp = plans.tp.astype(float)[:, None]
+    copies = tokens / tp * model.moe_topk * model.hidden_size * ACTIVATION_BYTES
+    link = np.where(ep <= cluster.nvlink_domain_gpus, gpu.nvlink_bandwidth_gb_per_s,
+                    gpu.internode_bandwidth_gb_per_s) * 1e9 * c.comm_bandwidth_efficiency
+    one_way = copies * (ep - 1.0) / ep / link + c.comm_latency_s
+    return np.where(ep > 1, 2.0 * one_way, 0.0)
 
 
 def _microbatch_choices(batch: np.ndarray) -> np.ndarray:

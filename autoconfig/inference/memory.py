@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoconfig.core.hardware import GPU
-from autoconfig.core.model import ModelSpec
+from autoconfig.core.model import ModelSpec, expert_params
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
+from autoconfig.core.plan import stage_kind_columns
 from autoconfig.training.memory import load_constants, stage_params, usable_bytes
 
 FRAMEWORK = "megatron-core"
@@ -63,19 +64,52 @@ def kv_heads_per_gpu(model: ModelSpec, tp):
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int):
-    """2 (K and V) * layers of the stage * kv heads per GPU * head dim * bytes."""
+    """2 (K and V) * layers of the stage * kv heads per GPU * head dim * bytes.
+
+    Multi-latent attention caches one compressed latent and the shared rope key
+    per token and layer, kv_lora + rope values, for all heads at once (DeepSeek-V2
+    arXiv 2405.04434 Sec. 2.1.2, Table 1: (d_c + d_h^R) l elements per token), so
+    every TP rank holds all of it."""
     layers = model.num_layers / np.asarray(pp, dtype=float)
+    if model.attention_kind == "mla":
+        latent = model.kv_lora_rank + model.qk_rope_head_dim
+        return layers * latent * bytes_per_value + 0.0 * np.asarray(tp, dtype=float)
     return 2.0 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * bytes_per_value
 
 
-def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int):
-    """Parameters of the heavier of the first and last stage, over tp, times bytes."""
+def expert_tp(tp, ep):
+    """Expert tensor parallelism of a serving plan: whole experts (1) when spread
+    over ep > 1 GPUs, else split over the replica's tp ranks."""
+    return np.where(np.asarray(ep) > 1, 1, np.asarray(tp))
+
+
+def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
+    """Parameters of the heavier of the first and last stage, over tp (routed
+    experts over ep, ``expert_tp``), times bytes."""
     tp = np.asarray(tp, dtype=np.int64)
     pp = np.asarray(pp, dtype=np.int64)
+    ep = np.asarray(ep, dtype=np.int64)
     layers, single = model.num_layers / pp, pp == 1
-    params = np.maximum(stage_params(model, tp, layers, "first", single),
-                        stage_params(model, tp, layers, "last", single))
+    experts = {}
+    if model.is_moe:
+        kinds = stage_kind_columns(model, pp, 0, 0)
+        experts = {"ep": ep, "etp": expert_tp(tp, ep)}
+    params = np.maximum(
+        stage_params(model, tp, layers, "first", single,
+                     kinds=kinds["first"] if experts else None, **experts),
+        stage_params(model, tp, layers, "last", single,
+                     kinds=kinds["last"] if experts else None, **experts))
     return np.asarray(params, dtype=float) * bytes_per_value
+
+
+def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
+    """Routed-expert weights of the heavier stage on one GPU (0 for dense models)."""
+    if not model.is_moe:
+        return 0.0 * np.asarray(tp, dtype=float)
+    layers = model.num_layers / np.asarray(pp, dtype=float)
+    moe_share = model.layers_of("moe") / model.num_layers
+    local = model.num_experts / np.asarray(ep, dtype=float) / expert_tp(tp, ep)
+    return layers * moe_share * local * expert_params(model) * bytes_per_value
 
 
 def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
@@ -85,10 +119,12 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
     tp = plans.tp.astype(float)
     nbytes = workload.bytes_per_value
-    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes)
+    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)
     kv = (kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)
           * plans.batch * workload.total_len_tokens)
     h, kvh, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    if model.is_moe:  # the routed copies of a token and the shared experts
+        f = model.moe_topk * model.moe_ffn_hidden_size + model.moe_shared_expert_ffn_hidden_size
     up = 2 if model.mlp_kind == "swiglu" else 1
     tokens = np.asarray(prefill_microbatch, dtype=float) * workload.input_len_tokens
     per_token = 2.0 * h + (h + 2.0 * kvh) / tp + up * f / tp

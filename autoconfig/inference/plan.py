@@ -12,7 +12,7 @@ import numpy as np
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
 
-PLAN_FIELDS = ("tp", "pp", "batch", "replicas")
+PLAN_FIELDS = ("tp", "pp", "batch", "replicas", "ep")
 
 
 @dataclass(frozen=True, order=True)
@@ -27,6 +27,12 @@ class InferencePlan:
     """Requests per static batch of one replica."""
     replicas: int = 1
     """Model copies on the cluster (GPUs // (tp * pp))."""
+    ep: int = 1
+    """MoE models: GPUs the routed experts of a pipeline stage are spread over,
+    E/ep whole experts each (megatron-core expert parallelism with expert tensor
+    parallelism 1), across the tp ranks of ``ep / tp`` replicas whose attention
+    stays data parallel; 1: every replica holds all experts split over its tp
+    ranks (expert tensor parallelism = tp)."""
 
     def __post_init__(self) -> None:
         for name in PLAN_FIELDS:
@@ -47,7 +53,8 @@ class InferencePlan:
 
     def label(self) -> str:
         """Compact display form (``tp8 pp4 b64 x1``); everything is keyed on the plan."""
-        return f"tp{self.tp} pp{self.pp} b{self.batch} x{self.replicas}"
+        experts = f" ep{self.ep}" if self.ep > 1 else ""
+        return f"tp{self.tp} pp{self.pp}{experts} b{self.batch} x{self.replicas}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class InferencePlanTable:
     pp: np.ndarray
     batch: np.ndarray
     replicas: np.ndarray
+    ep: np.ndarray
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])

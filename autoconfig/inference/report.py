@@ -12,7 +12,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
-from autoconfig.core.model import total_params
+from autoconfig.core.model import active_params, total_params
 from autoconfig.inference.search import InferenceSearchResult
 from autoconfig.units import format_count
 
@@ -26,8 +26,15 @@ TOP_HEADERS = ("#", "TP", "PP", "batch", "replicas", "TTFT ms", "TPOT ms", "late
                "Pareto")
 
 
+def top_headers(result: InferenceSearchResult) -> tuple[str, ...]:
+    """TOP_HEADERS, with EP after PP for an MoE model."""
+    return TOP_HEADERS[:3] + ("EP",) + TOP_HEADERS[3:] if result.model.is_moe else TOP_HEADERS
+
+
 def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
-    return [(i + 1, r.tp, r.pp, r.batch, r.replicas, f"{r.ttft_ms:.4g}", f"{r.tpot_ms:.4g}",
+    moe = result.model.is_moe
+    return [(i + 1, r.tp, r.pp, *((r.ep,) if moe else ()), r.batch, r.replicas,
+             f"{r.ttft_ms:.4g}", f"{r.tpot_ms:.4g}",
              f"{r.latency_ms:.5g}", f"{r.tokens_per_s_per_replica:.5g}",
              f"{r.tokens_per_s_per_gpu:.4g}", f"{r.tokens_per_s_total:.5g}",
              f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "")
@@ -36,7 +43,8 @@ def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
 
 def headline(result: InferenceSearchResult) -> str:
     m, c, w = result.model, result.cluster, result.workload
-    return (f"{m.name} ({format_count(total_params(m))} params) inference on {c.nodes} x "
+    active = f", {format_count(active_params(m))} active" if m.is_moe else ""
+    return (f"{m.name} ({format_count(total_params(m))} params{active}) inference on {c.nodes} x "
             f"{c.gpus_per_node} {c.gpu.name}, input {w.input_len_tokens}, output "
             f"{w.output_len_tokens} tokens, {w.precision}, objective {result.objective}")
 
@@ -50,7 +58,7 @@ def rejection_lines(result: InferenceSearchResult) -> list[str]:
 
 def render(result: InferenceSearchResult, top: int) -> str:
     return "\n".join([headline(result), "",
-                      tabulate(top_rows(result, top), headers=TOP_HEADERS), ""]
+                      tabulate(top_rows(result, top), headers=top_headers(result)), ""]
                      + rejection_lines(result))
 
 
@@ -72,7 +80,7 @@ def markdown(result: InferenceSearchResult, top: int) -> str:
     return "\n".join([
         f"# Inference search: {result.model.name}", "", headline(result), "",
         "## Top layouts", "",
-        tabulate(top_rows(result, top), headers=TOP_HEADERS, tablefmt="github"), "",
+        tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",
         "## Pareto front (latency vs output tokens/s per GPU)", "",
         tabulate(front_rows, headers=("TP", "PP", "batch", "replicas", "latency ms",
                                       "tok/s/GPU"), tablefmt="github"), "",

@@ -58,7 +58,7 @@ class InferenceSearchResult:
 
     @property
     def plans(self) -> list[InferencePlan]:
-        return [InferencePlan(int(r.tp), int(r.pp), int(r.batch), int(r.replicas))
+        return [InferencePlan(int(r.tp), int(r.pp), int(r.batch), int(r.replicas), int(r.ep))
                 for r in self.table.itertuples()]
 
 
@@ -66,6 +66,17 @@ def tp_choices(model: ModelSpec, cluster: Cluster) -> list[int]:
     limit = min(cluster.nvlink_domain_gpus, cluster.num_gpus)
     return [t for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= limit
             and model.num_heads % t == 0 and model.num_kv_heads % t == 0]
+
+
+def ep_choices(model: ModelSpec, tp: int, replicas: int) -> list[int]:
+    """Expert-parallel sizes of a serving plan: 1, and for MoE models every
+    multiple of tp up to the GPUs of one pipeline stage (tp x replicas) that
+    divides both those GPUs and the experts."""
+    if not model.is_moe:
+        return [1]
+    stage_gpus = tp * replicas
+    return [1] + [e for e in range(2 * tp if tp == 1 else tp, stage_gpus + 1, tp)
+                  if e > 1 and stage_gpus % e == 0 and model.num_experts % e == 0]
 
 
 def pp_choices(model: ModelSpec, max_pp: int) -> list[int]:
@@ -77,9 +88,9 @@ def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int) -> Infer
         raise InputError(f"invalid --max-batch {max_batch}: must be at least 1")
     gpus = cluster.num_gpus
     batches = [2 ** i for i in range(int(np.log2(max_batch)) + 1)]
-    plans = [InferencePlan(t, p, b, gpus // (t * p))
+    plans = [InferencePlan(t, p, b, gpus // (t * p), e)
              for t in tp_choices(model, cluster) for p in pp_choices(model, gpus // t)
-             for b in batches]
+             for e in ep_choices(model, t, gpus // (t * p)) for b in batches]
     if not plans:
         raise InfeasibleError(f"no TP size divides the {model.num_heads} heads and "
                               f"{model.num_kv_heads} KV heads of {model.name} within "
@@ -96,7 +107,8 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     requests_per_s = plans.batch / lat.latency_s
     tokens_per_s = requests_per_s * workload.output_len_tokens
     return pd.DataFrame({
-        "tp": plans.tp, "pp": plans.pp, "batch": plans.batch, "replicas": plans.replicas,
+        "tp": plans.tp, "pp": plans.pp, "ep": plans.ep, "batch": plans.batch,
+        "replicas": plans.replicas,
         "gpus_per_replica": gpus.astype(int),
         "ttft_ms": lat.ttft_s * 1e3, "tpot_ms": lat.tpot_s * 1e3,
         "latency_ms": lat.latency_s * 1e3,

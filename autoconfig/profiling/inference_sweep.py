@@ -96,7 +96,7 @@ def select(result: InferenceSearchResult, top_k: int, max_ranks: int | None) -> 
 
 
 def _spec(result: InferenceSearchResult, row, device: str) -> InferenceProfileSpec:
-    plan = InferencePlan(int(row.tp), int(row.pp), int(row.batch), 1)
+    plan = InferencePlan(int(row.tp), int(row.pp), int(row.batch), 1, int(getattr(row, "ep", 1)))
     model, workload = result.model, result.workload
     microbatches = int(row.prefill_microbatches)
     if device == "cpu":
