@@ -10,7 +10,7 @@ only says how they combine.
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import fields, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from autoconfig.core.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic
 from autoconfig.base.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
                                     steps_for, table_batch_tokens, table_lr, table_row)
+from autoconfig.core.catalog import published_schedule
 from autoconfig.core.model import ModelSpec, total_params
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.base.shape import (describe_rule, family_template, names_one_model,
@@ -252,6 +253,33 @@ def _schedule(lr: float, tokens: float, tokens_per_step: int
     return values, why
 
 
+def _published(model: ModelSpec, values: dict[str, Any], why: dict[str, str],
+               tokens_given: bool) -> None:
+    """Put the model's own published schedule (``catalog.published_schedule``: LR,
+    warm-up, decay, optimizer, clipping, init, training tokens) over the table's
+    values, each with the source its catalog file gives. Given --tokens stay."""
+    schedule = published_schedule(model)
+    tokens_per_step = values["global_batch_size"] * values["seq_len"]
+    for key, (value, source) in schedule.items():
+        if key == "tokens":
+            if tokens_given:
+                continue
+            values["tokens"] = float(value)
+            values["train_steps"] = steps_for(float(value), tokens_per_step)
+            why["train_steps"] = "tokens / (global batch x sequence length)"
+            for name in ("total_flops",):
+                if name in values:
+                    k = int(values["flops_formula"].rstrip("NT"))
+                    values[name] = k * values["params"] * float(value)
+        elif key == "lr_warmup_tokens":
+            key, value = "lr_warmup_steps", steps_for(float(value), tokens_per_step)
+            source = f"{format_count(float(schedule['lr_warmup_tokens'][0]))} tokens: {source}"
+        else:
+            value = type(values[key])(value) if key in values else value
+        values[key] = value
+        why[key] = f"{model.name}'s published schedule: {source}"
+
+
 def _optimizer_and_init(hidden: int) -> tuple[dict[str, Any], dict[str, str]]:
     """Adam, weight decay, clipping, init std and dropout, each with its source."""
     keys = {"weight_decay": "weight_decay", "adam_beta1": "adam_beta1",
@@ -310,6 +338,7 @@ def make_base(req: BaseRequest) -> BaseConfig:
     for part_values, part_why in parts:
         values.update(part_values)
         why.update(part_why)
+    _published(model, values, why, tokens_given=req.tokens is not None)
     # The model trains with the dropout recommended here, so memory and search
     # downstream count (or skip) dropout masks accordingly.
     values["model"] = replace(model, hidden_dropout=values["hidden_dropout"],
@@ -345,6 +374,7 @@ def base_for_model(model: ModelSpec, precision: str | None = None) -> BaseConfig
     values["hidden_dropout"] = model.hidden_dropout
     values["attention_dropout"] = model.attention_dropout
     why["hidden_dropout"] = why["attention_dropout"] = f"{model.name}'s own (as searched)"
+    _published(model, values, why, tokens_given=False)
     return BaseConfig(rationale=tuple(why.items()), **values)
 
 
@@ -363,9 +393,18 @@ _OPTIMIZER_KEYS = ("lr", "min_lr", "lr_decay_style", "lr_warmup_steps", "lr_deca
 _OPTIONAL_KEYS = ("days", "budget_days", "utilisation", "utilisation_kind", "peak_tflops_per_gpu")
 
 
+_LAYER_KEYS = ("kv_channels", "qk_norm", "attention_kind", "q_lora_rank", "kv_lora_rank",
+               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
+               "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
+               "moe_first_dense_layers", "moe_layer_freq", "mtp_layers")
+"""MoE, MLA and head-width fields: written only where they differ from a dense GQA model."""
+
+
 def model_to_dict(m: ModelSpec) -> dict[str, Any]:
+    defaults = {f.name: f.default for f in fields(ModelSpec)}
     return {"name": m.name, "family": m.family, "size": m.size_label,
-            **{key: getattr(m, key) for key in _MODEL_KEYS[3:]}}
+            **{key: getattr(m, key) for key in _MODEL_KEYS[3:]},
+            **{key: getattr(m, key) for key in _LAYER_KEYS if getattr(m, key) != defaults[key]}}
 
 
 def base_to_dict(cfg: BaseConfig) -> dict[str, Any]:

@@ -145,6 +145,37 @@ def _family_dropout() -> dict:
     return out
 
 
+SCHEDULE_KEYS = ("lr", "min_lr", "lr_decay_style", "lr_warmup_steps", "lr_warmup_tokens",
+                 "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad",
+                 "init_method_std", "tokens")
+"""What a model file's ``published_schedule`` may state (each {value, source})."""
+
+
+def published_schedule(model: ModelSpec) -> dict:
+    """{key: (value, source)} of the ``published_schedule`` block of the catalog
+    file the model comes from (same name), or {} when it has none."""
+    return dict(_schedules().get(model.name, ()))
+
+
+@lru_cache(maxsize=None)
+def _schedules() -> dict:
+    out = {}
+    for path in sorted((configs_dir() / "models").glob("*.yaml")):
+        data = load_yaml(path)
+        block = data.get("published_schedule")
+        if not block:
+            continue
+        if not isinstance(block, dict):
+            raise CatalogError(f"{path}: published_schedule must map keys to {{value, source}}")
+        unknown = sorted(set(block) - set(SCHEDULE_KEYS))
+        if unknown:
+            raise CatalogError(f"{path}: unknown published_schedule key(s) {', '.join(unknown)}: "
+                               f"allowed are {', '.join(SCHEDULE_KEYS)}")
+        out[str(data.get("name", path.stem))] = tuple(
+            (key, sourced_field(block, key, path)) for key in block)
+    return out
+
+
 @lru_cache(maxsize=None)
 def all_gpus() -> tuple[GPU, ...]:
     return tuple(gpu_from_yaml(p) for p in sorted((configs_dir() / "gpus").glob("*.yaml")))
