@@ -26,7 +26,7 @@ from autoconfig.heuristics import Sourced, heuristic
 from autoconfig.base.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
                                     steps_for, table_batch_tokens, table_lr, table_row)
 from autoconfig.core.catalog import published_schedule
-from autoconfig.core.model import ModelSpec, total_params
+from autoconfig.core.model import ModelSpec, active_params, total_params
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.base.shape import (describe_rule, family_template, names_one_model,
                               resolve_sized_model, shape_for_params, shape_rule)
@@ -264,20 +264,35 @@ def _published(model: ModelSpec, values: dict[str, Any], why: dict[str, str],
         if key == "tokens":
             if tokens_given:
                 continue
-            values["tokens"] = float(value)
-            values["train_steps"] = steps_for(float(value), tokens_per_step)
-            why["train_steps"] = "tokens / (global batch x sequence length)"
-            for name in ("total_flops",):
-                if name in values:
-                    k = int(values["flops_formula"].rstrip("NT"))
-                    values[name] = k * values["params"] * float(value)
+            values["tokens"] = tokens = _number(value, key, model)
+            values["train_steps"] = steps_for(tokens, tokens_per_step)
+            decay = float(_hp("decay_tokens_fraction").value)
+            values["lr_decay_steps"] = steps_for(decay * tokens, tokens_per_step)
+            k = int(values["flops_formula"].rstrip("NT"))
+            values["total_flops"] = k * active_params(model) * tokens
         elif key == "lr_warmup_tokens":
-            key, value = "lr_warmup_steps", steps_for(float(value), tokens_per_step)
-            source = f"{format_count(float(schedule['lr_warmup_tokens'][0]))} tokens: {source}"
+            warmup = _number(value, key, model)
+            key, value = "lr_warmup_steps", steps_for(warmup, tokens_per_step)
+            source = f"{format_count(warmup)} tokens: {source}"
+        elif key == "lr_decay_style":
+            value = str(value)
         else:
-            value = type(values[key])(value) if key in values else value
+            value = _number(value, key, model)
+            value = int(value) if key == "lr_warmup_steps" else value
         values[key] = value
         why[key] = f"{model.name}'s published schedule: {source}"
+
+
+def _number(value, key: str, model: ModelSpec) -> float:
+    """A published schedule's number (YAML reads 14.8e12 without a sign as text)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not number > 0 or number == float("inf"):
+        raise CatalogError(f"configs/models/{model.name}.yaml: published_schedule {key} "
+                           f"{value!r} is not a positive number")
+    return number
 
 
 def _optimizer_and_init(hidden: int) -> tuple[dict[str, Any], dict[str, str]]:
@@ -317,13 +332,17 @@ def make_base(req: BaseRequest) -> BaseConfig:
     precision = req.precision or str(_hp("precision").value)
     rate = _rate(req, precision)
     model, tokens, model_why, tokens_why = _model_and_tokens(req, rate, req.seq_len)
+    if req.tokens is None and "tokens" in published_schedule(model):
+        value, source = published_schedule(model)["tokens"]
+        tokens, tokens_why = _number(value, "tokens", model), f"{model.name}'s published: {source}"
     params = total_params(model)
     k = (rate.flops_per_param_token if rate
          else int(heuristic("scaling", "flops_per_param_token").value))
     formula_key = "flops_per_param_token_full_recompute" if k == 8 else "flops_per_param_token"
     values: dict[str, Any] = {"model": model, "seq_len": model.seq_len, "precision": precision,
                               "mode": request_mode(req), "params": params, "tokens": tokens,
-                              "flops_formula": f"{k}NT", "total_flops": k * params * tokens}
+                              "flops_formula": f"{k}NT",
+                              "total_flops": k * active_params(model) * tokens}
     why = {"model": model_why, "params": "exact count of the shape (autoconfig.core.model.total_params)",
            "tokens": tokens_why,
            "seq_len": "given (--seq-len)" if req.seq_len else f"default of {model.name}'s family",
@@ -334,11 +353,12 @@ def make_base(req: BaseRequest) -> BaseConfig:
              _schedule(batch["lr"], tokens, batch["global_batch_size"] * model.seq_len),
              _optimizer_and_init(model.hidden_size)]
     if rate is not None:
-        parts.append(_cluster_fields(req, rate, params, tokens))
+        # An MoE model's FLOPs follow the parameters a token passes through.
+        parts.append(_cluster_fields(req, rate, active_params(model), tokens))
     for part_values, part_why in parts:
         values.update(part_values)
         why.update(part_why)
-    _published(model, values, why, tokens_given=req.tokens is not None)
+    _published(model, values, why, tokens_given=True)
     # The model trains with the dropout recommended here, so memory and search
     # downstream count (or skip) dropout masks accordingly.
     values["model"] = replace(model, hidden_dropout=values["hidden_dropout"],
@@ -360,7 +380,8 @@ def base_for_model(model: ModelSpec, precision: str | None = None) -> BaseConfig
     values: dict[str, Any] = {"model": model, "seq_len": model.seq_len,
                               "precision": precision or str(_hp("precision").value),
                               "mode": "size", "params": params, "tokens": tokens,
-                              "flops_formula": f"{k}NT", "total_flops": k * params * tokens,
+                              "flops_formula": f"{k}NT",
+                              "total_flops": k * active_params(model) * tokens,
                               "gpu_name": None, "nodes": None, "gpus_per_node": None}
     why = {"model": f"{model.name} as searched", "tokens": f"Chinchilla: {ratio:g} tokens per "
            "parameter (Hoffmann et al. 2022)"}
