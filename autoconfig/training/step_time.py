@@ -471,12 +471,16 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     if kind == "moe":
         block = _moe_block_times(model, workload, plans, cluster, c, sw, gemm, fp8, tokens)
         weight_gemm = weight_gemm + block["gemm"]
-        mlp_fwd = block["gemm"]
-        moe_bytes = block["bytes"] - _dense_mlp_bytes(model, tokens, t, plans.sp)
+        mlp_fwd = block["gemm"] + block["traffic_s"]
+        # The dense MLP's share of the elementwise traffic goes; the MoE block's
+        # own traffic is counted at streaming speed (``_routed_copy_bytes``).
+        moe_bytes = -_dense_mlp_bytes(model, tokens, t, plans.sp)
         linear, total = linear + moe_bytes, total + moe_bytes
+        weight_gemm_and_traffic = block["traffic_s"]
         extra = {"ep_comm": block["ep_comm"]}
         gemms = gemms + [block["up_gemm"]]
-    return {**extra, "layer": weight_gemm + attn + factor * total, "attention": attn,
+    traffic = weight_gemm_and_traffic if kind == "moe" else 0.0
+    return {**extra, "layer": weight_gemm + traffic + attn + factor * total, "attention": attn,
             "mla_up": mla_up, "mlp_fwd": mlp_fwd,
             "attention_backward": attn_bwd, "weight_gemm": weight_gemm,
             # Column-parallel GEMMs whose weight gradient hides the backward TP
@@ -548,9 +552,33 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
     replicated = 4.0 * h  # the second norm's input and the router/shared-expert input
     block_bytes = tokens * (np.where(plans.sp, replicated / t, replicated)
                             + moe_split_width(model, workload.precision == "fp8", etp) / t)
+    hbm = cluster.gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    traffic = copies * _routed_copy_bytes(model, workload.precision == "fp8", etp) * load / hbm
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
-            "up_gemm": expert_up + shared_up, "bytes": block_bytes,
+            "up_gemm": expert_up + shared_up, "bytes": block_bytes, "traffic_s": traffic,
             "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp)}
+
+
+def _routed_copy_bytes(model: ModelSpec, fp8: bool, etp) -> float:
+    """HBM bytes the forward of one MoE layer moves per routed token copy outside
+    its GEMMs, at streaming speed (not the dense layers' fitted elementwise
+    factor: these are whole-tensor copies and casts, megatron-core
+    ``moe_utils.permute``/``unpermute`` and the expert activation):
+
+    * permute: read the token (2h), write its copy (2h); unpermute: read the
+      expert output (2h), write the weighted copy back (2h) before the sum;
+    * the activation: read the up-projection output (2 x 2F for SwiGLU's gate
+      and up, 2F for GeLU) and write its output (2F), F = expert FFN / etp;
+    * FP8: cast the copy (read 2h, write h) and the activation output (read 2F,
+      write F) for the expert GEMMs.
+    """
+    h = model.hidden_size
+    f = model.moe_ffn_hidden_size / np.asarray(etp, dtype=float)
+    up = 2.0 if model.mlp_kind == "swiglu" else 1.0
+    copy = 8.0 * h + 2.0 * up * f + 2.0 * f
+    if fp8:
+        copy = copy + 3.0 * h + 3.0 * f
+    return copy
 
 
 def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,

@@ -71,12 +71,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from autoconfig.core.catalog import get_gpu
+from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec, hardware_flops_per_token
 
-from autoconfig.core.plan import Plan, Workload, stage_layers
+from autoconfig.core.plan import Plan, Workload, short_last_stage_split, stage_layers
 from autoconfig.paths import benchmarks_dir
 from autoconfig.training.space import stage_splits
 from autoconfig.training.stack import (SoftwareFeatures, load_stack, override_flags,
@@ -156,8 +156,12 @@ def _int(row: dict, key: str) -> int | None:
 
 def _gpu_name(gpu_type: str) -> str | None:
     text = gpu_type.upper()
-    if "V100" in text or "GB300" in text:
+    if "V100" in text:
         return None
+    if "GB300" in text:
+        return "gb300"
+    if "B300" in text:
+        return "b300"
     if "GB200" in text:
         return "gb200"
     if "B200" in text:
@@ -363,6 +367,12 @@ def _vocab(row: dict, settings: dict) -> int:
 
 
 def _model(row: dict, settings: dict, assumptions: list[str]) -> ModelSpec:
+    catalog_name = (row.get("catalog_model") or "").strip()
+    if catalog_name:
+        # A model the catalog describes in full (MoE, MLA): the row names it, as a
+        # user names --model; the row's sequence length wins.
+        model = get_model(catalog_name)
+        return dataclasses.replace(model, seq_len=_int(row, "seq_len") or model.seq_len)
     arch = settings["architecture"]
     h, heads = _int(row, "hidden_size"), _int(row, "num_heads")
     vocab = _vocab(row, settings)
@@ -405,7 +415,7 @@ def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -
         per_replica = defaults.get("mbs") == "per_replica"
         mbs = _int(row, "global_batch_size") // dp if per_replica else int(defaults.get("mbs", 1))
         assumptions.append(f"mbs {mbs}")
-    first, last = _stage_split(row, model.num_layers, pp, assumptions)
+    first, last = _stage_split(row, model, pp, assumptions)
     vp = _int(row, "vp")
     if vp is None:
         vp = 1
@@ -419,20 +429,33 @@ def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -
     dist_opt = (row.get("distributed_optimizer") == "yes"
                 or bool(defaults.get("distributed_optimizer"))
                 or "distributed" in (row.get("dp_sharding") or "") or _pytorch_fsdp(row))
+    ep = _int(row, "ep") or 1
+    etp = _int(row, "etp") or (tp if model.is_moe else 1)
+    modules = (row.get("recompute_modules") or "").strip()
+    recompute = "selective" if modules else _recompute(row, defaults)
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, sp=sp, mbs=mbs,
-                recompute=_recompute(row, defaults), distributed_optimizer=dist_opt,
-                first_stage_layers=first, last_stage_layers=last)
+                recompute=recompute, distributed_optimizer=dist_opt,
+                first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp,
+                recompute_modules=modules)
 
 
-def _stage_split(row: dict, num_layers: int, pp: int, assumptions: list[str]) -> tuple[int, int]:
-    """(first, last) stage layers: the embedding-and-loss split where the row says
-    the pipeline partition counts the embedding as a layer (Megatron-DeepSpeed
-    --pp-partition-method 'type:transformer|embedding'), the closest-to-even split
-    where pp does not divide the layers, else even (0, 0)."""
+def _stage_split(row: dict, model: ModelSpec, pp: int, assumptions: list[str]) -> tuple[int, int]:
+    """(first, last) stage layers: what the row's ``pipeline_split`` states
+    (``short-last``: every stage ceil(L/pp) layers, the last the rest, as Bridge's
+    DeepSeek-V3 and Kimi K2 layouts; ``embedding-and-loss``: Megatron's
+    --account-for-embedding/loss-in-pipeline-split); the embedding-and-loss split
+    where the row says the pipeline partition counts the embedding as a layer
+    (Megatron-DeepSpeed --pp-partition-method 'type:transformer|embedding'), the
+    closest-to-even split where pp does not divide the layers, else even (0, 0)."""
+    num_layers = model.num_layers
     if pp == 1:
         return 0, 0
+    stated = (row.get("pipeline_split") or "").strip()
+    if stated == "short-last" and short_last_stage_split(num_layers, pp):
+        return 0, short_last_stage_split(num_layers, pp)
     splits = stage_splits(num_layers, pp)
-    counted = "pp-partition-method" in (row.get("note") or "")
+    counted = ("pp-partition-method" in (row.get("note") or "")
+               or stated == "embedding-and-loss")
     edge = [s for s in splits if s != (0, 0)]
     if (counted or num_layers % pp) and edge:
         assumptions.append(f"stage layers first {edge[0][0]}, last {edge[0][1]}")
@@ -469,6 +492,11 @@ def _software(row: dict, settings: dict) -> tuple[str, SoftwareFeatures]:
         # SHARD_GRAD_OP keeps them from forward to backward (PyTorch ShardingStrategy docs).
         gathers = 1 if "SHARD_GRAD_OP" in row["dp_sharding"] else 2
         features = dataclasses.replace(features, param_gathers_per_microbatch=gathers)
+    dispatcher = (row.get("moe_dispatcher") or "").strip()
+    overlap = (row.get("moe_a2a_overlap") or "").strip()
+    if dispatcher or overlap:
+        features = with_overrides(features, moe_dispatcher=dispatcher or None,
+                                  moe_a2a_overlap={"true": True, "false": False}.get(overlap))
     if features.framework == "megatron-deepspeed" and not row["precision"].startswith("bf16"):
         # fp16 (and unrestated 16-bit) ZeRO-1 runs reduce gradients in 16 bits.
         features = with_overrides(features, grad_reduce_dtype="fp16")
@@ -488,12 +516,16 @@ def estimate_args(run: Run) -> list[str]:
     ``validate`` scores (tests/test_estimate_parity.py checks every row)."""
     m, plan, w, c = run.model, run.plan, run.workload, run.cluster
     catalog_gpu = get_gpu(c.gpu.name)
-    args = ["--layers", m.num_layers, "--hidden", m.hidden_size, "--heads", m.num_heads,
-            "--kv-heads", m.num_kv_heads, "--ffn", m.ffn_hidden_size, "--vocab", m.vocab_size,
-            "--mlp", m.mlp_kind, "--norm", m.norm_kind, "--positions", m.position_embedding,
-            "--tied-embeddings" if m.tied_embeddings else "--untied-embeddings",
-            "--bias" if m.has_bias else "--no-bias", "--dropout", m.hidden_dropout,
-            "--gpu", c.gpu.name, "--gpus", c.num_gpus, "--gpus-per-node", c.gpus_per_node,
+    if m.is_moe:  # a catalog model (MoE, MLA): named, as a user would
+        args = ["--model", m.name, "--ep", plan.ep, "--etp", plan.etp]
+    else:
+        args = ["--layers", m.num_layers, "--hidden", m.hidden_size, "--heads", m.num_heads,
+                "--kv-heads", m.num_kv_heads, "--ffn", m.ffn_hidden_size,
+                "--vocab", m.vocab_size, "--mlp", m.mlp_kind, "--norm", m.norm_kind,
+                "--positions", m.position_embedding,
+                "--tied-embeddings" if m.tied_embeddings else "--untied-embeddings",
+                "--bias" if m.has_bias else "--no-bias", "--dropout", m.hidden_dropout]
+    args += ["--gpu", c.gpu.name, "--gpus", c.num_gpus, "--gpus-per-node", c.gpus_per_node,
             "--tp", plan.tp, "--pp", plan.pp, "--vp", plan.vp, "--cp", plan.cp,
             "--mbs", plan.mbs, "--gbs", w.global_batch_size, "--seq-len", w.seq_len,
             "--recompute", plan.recompute, "--precision", w.precision,
@@ -506,6 +538,8 @@ def estimate_args(run: Run) -> list[str]:
     if plan.recompute == "full":
         args += ["--recompute-method", plan.recompute_method,
                  "--recompute-num-layers", plan.recompute_num_layers]
+    if plan.recompute_modules:
+        args += ["--recompute-modules", plan.recompute_modules]
     if c.gpu.internode_bandwidth_gb_per_s != catalog_gpu.internode_bandwidth_gb_per_s:
         args += ["--internode-gb-per-s", c.gpu.internode_bandwidth_gb_per_s]
     args += override_flags(load_stack(run.stack).features, run.software)
