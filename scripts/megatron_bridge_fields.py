@@ -9,8 +9,10 @@ cannot be imported on a machine without a GPU toolchain. Instead this reads the
 sources with ``ast``: every annotated field of each section's dataclass and of
 its base classes, following imports across Megatron-Bridge (src/) and
 Megatron-LM (megatron/, the version Bridge builds on; default ref: main's HEAD).
-Also records the recipe functions the llama and gpt recipe packages export and
-the mixed-precision recipe names.
+Also records the recipe functions the llama, gpt and MoE (DeepSeek, Qwen, GPT-OSS,
+Kimi) recipe packages export, the mixed-precision recipe names, and the fields
+of the model providers a recipe's ``cfg.model`` may be instead of
+GPTModelProvider (MLAModelProvider: DeepSeek-V3 and Kimi K2 recipes).
 """
 
 import ast
@@ -31,7 +33,11 @@ SECTIONS = {
     "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
 }
 RECIPE_MODULES = ("megatron.bridge.recipes.llama", "megatron.bridge.recipes.gpt",
-                  "megatron.bridge.recipes.gpt.gpt3_175b")
+                  "megatron.bridge.recipes.gpt.gpt3_175b", "megatron.bridge.recipes.deepseek",
+                  "megatron.bridge.recipes.qwen", "megatron.bridge.recipes.gpt_oss",
+                  "megatron.bridge.recipes.kimi")
+PROVIDERS = {"MLAModelProvider": ("megatron.bridge.models.mla_provider", "MLAModelProvider")}
+"""Model providers other than GPTModelProvider that recipes build (model section)."""
 
 
 class Sources:
@@ -141,7 +147,10 @@ def main() -> int:
                "how": "scripts/megatron_bridge_fields.py (ast over both sources)",
                "sections": sections,
                "recipes": {m: src.exported(m) for m in RECIPE_MODULES},
-               "mixed_precision_recipes": mixed}, sys.stdout, indent=1)
+               "mixed_precision_recipes": mixed,
+               "providers": {name: sorted(src.fields(module, cls))
+                             for name, (module, cls) in PROVIDERS.items()}},
+              sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

@@ -1,11 +1,15 @@
 """Launch specs the launch tests render: GPT-3 175B and Llama 3 8B/70B/405B plans,
-bf16 and fp8, with VP, CP, recompute variants and an uneven pipeline split."""
+bf16 and fp8, with VP, CP, recompute variants and an uneven pipeline split; and
+mixture-of-experts plans (MOE_CASES) of three shapes built inline (the catalog's
+MoE files are written separately): DeepSeek-V3 (MLA, MTP, three dense layers
+first), Qwen3-30B-A3B (QK norm, kv_channels) and Mixtral 8x7B (GQA, ETP != TP)."""
 
 import json
 from pathlib import Path
 
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
+from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload
 from autoconfig.launch.spec import launch_spec
 from autoconfig.training.stack import load_stack, with_overrides
@@ -56,11 +60,58 @@ CASES = {
 }
 
 
+_LLAMA_LIKE = dict(mlp_kind="swiglu", norm_kind="rmsnorm", position_embedding="rope",
+                   tied_embeddings=False, has_bias=False, hidden_dropout=0.0,
+                   attention_dropout=0.0)
+DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3", family="deepseek-v3", size_label="671b", num_layers=61,
+    hidden_size=7168, num_heads=128, num_kv_heads=128, ffn_hidden_size=18432,
+    vocab_size=129280, seq_len=4096, attention_kind="mla", q_lora_rank=1536,
+    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    num_experts=256, moe_topk=8, moe_ffn_hidden_size=2048,
+    moe_shared_expert_ffn_hidden_size=2048, moe_first_dense_layers=3, mtp_layers=1,
+    **_LLAMA_LIKE)
+QWEN3_30B_A3B = ModelSpec(
+    name="qwen3-30b-a3b", family="qwen3", size_label="30b-a3b", num_layers=48,
+    hidden_size=2048, num_heads=32, num_kv_heads=4, kv_channels=128, qk_norm=True,
+    ffn_hidden_size=768, vocab_size=151936, seq_len=4096, num_experts=128, moe_topk=8,
+    moe_ffn_hidden_size=768, **_LLAMA_LIKE)
+MIXTRAL_8X7B = ModelSpec(
+    name="mixtral-8x7b", family="mixtral", size_label="8x7b", num_layers=32,
+    hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336, vocab_size=32000,
+    seq_len=4096, num_experts=8, moe_topk=2, moe_ffn_hidden_size=14336, **_LLAMA_LIKE)
+MOE_CASES = {
+    # DeepSeek-V3 as Megatron-Bridge's 8-stage layout: 8 layers per stage, the last 5
+    # (+ MTP); EP 64 over the 64 ranks of a stage; HybridEP.
+    "deepseek-v3-ep64-pp8-hybridep": (DEEPSEEK_V3, "h100-80gb", 64, 4096, 4096, "bf16",
+                                      Plan(tp=2, pp=8, dp=32, sp=True, mbs=1, ep=64,
+                                           distributed_optimizer=True, last_stage_layers=5),
+                                      ("nemo", {"moe_dispatcher": "flex-hybridep"})),
+    # 61 layers + embedding + loss = 63 = 3 stages x 3 chunks x 7: the one interleaved
+    # split of an odd layer count; EP A2A overlap (needs VP with PP > 1, one MTP layer).
+    "deepseek-v3-ep16-pp3-vp3-a2a": (DEEPSEEK_V3, "h100-80gb", 6, 768, 4096, "bf16",
+                                     Plan(tp=2, pp=3, dp=8, vp=3, sp=True, mbs=1, ep=16,
+                                          recompute="selective", distributed_optimizer=True,
+                                          first_stage_layers=20, last_stage_layers=20),
+                                     ("nemo", {"moe_a2a_overlap": True})),
+    "qwen3-30b-a3b-ep8": (QWEN3_30B_A3B, "h100-80gb", 2, 512, 4096, "bf16",
+                          Plan(tp=1, pp=2, dp=8, mbs=1, ep=8, distributed_optimizer=True),
+                          "megatron-lm"),
+    "mixtral-8x7b-etp2": (MIXTRAL_8X7B, "h100-80gb", 8, 512, 4096, "bf16",
+                          Plan(tp=4, pp=4, dp=4, sp=True, mbs=1, ep=8, etp=2,
+                               recompute="full", recompute_method="uniform",
+                               recompute_num_layers=1, distributed_optimizer=True),
+                          ("nemo", {"moe_a2a_overlap": True})),
+}
+ALL_CASES = {**CASES, **MOE_CASES}
+
+
 def case_spec(name: str, base=None):
-    model, gpu, nodes, gbs, seq, precision, plan, stack = CASES[name]
+    model, gpu, nodes, gbs, seq, precision, plan, stack = ALL_CASES[name]
     stack, overrides = stack if isinstance(stack, tuple) else (stack, {})
     chosen = load_stack(stack)
-    return launch_spec(get_model(model), Workload(gbs, seq, precision), plan,
+    model = get_model(model) if isinstance(model, str) else model
+    return launch_spec(model, Workload(gbs, seq, precision), plan,
                        Cluster(get_gpu(gpu), nodes, get_gpu(gpu).gpus_per_node),
                        software=with_overrides(chosen.features, **overrides),
                        stack=chosen.name, base=base)

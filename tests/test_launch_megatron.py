@@ -13,13 +13,14 @@ does, so its own validation runs on the plan.
 import argparse
 import dataclasses
 import math
+import re
 
 import pytest
 
 from autoconfig.base.config import base_for_model
 from autoconfig.core.catalog import get_model
 from autoconfig.launch.megatron_lm import megatron_args
-from launch_cases import CASES, case_spec, recorded
+from launch_cases import ALL_CASES, MOE_CASES, case_spec, recorded
 
 TYPES = {"int": int, "float": float, "str": str, "enum": str, None: None}
 
@@ -68,7 +69,7 @@ def test_recorded_parser_is_real_and_sourced():
         parse(["--num-layers-per-virtual-stage", "2"])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
 @pytest.mark.parametrize("data", ["real", "mock"])
 def test_args_parse_and_match_the_plan(name, data):
     spec = case_spec(name)
@@ -145,7 +146,9 @@ def test_args_parse_and_match_the_plan(name, data):
     if data == "mock":
         assert ns.tokenizer_type == "NullTokenizer"
     else:
-        assert ns.data_path == ["$DATA_PATH"] and ns.tokenizer_type != "NullTokenizer"
+        assert ns.data_path == ["$DATA_PATH"]
+        # a family without a recorded tokenizer gets the plan's vocabulary as a placeholder
+        assert (ns.tokenizer_type == "NullTokenizer") == spec.family.placeholder
 
 
 def test_megatron_args_checks_catch_disagreement():
@@ -172,19 +175,43 @@ def test_given_base_config_reaches_the_args():
 # ------------------------------------------------------------ megatron-core
 
 
+def moe_freq_type(text: str):
+    """Megatron-LM arguments.py moe_freq_type/_eval_pattern (core_v0.16.1): an int, or
+    a list expression of digits, brackets, commas, + and * only."""
+    if "[" not in text:
+        return int(text)
+    if re.search(r"[^,\d\[\]\(\)\+\*]", text):
+        raise ValueError(f"Invalid pattern: {text}")
+    return eval(text)   # noqa: S307 - checked as Megatron checks it
+
+
 def transformer_config(ns: argparse.Namespace):
-    """megatron-core TransformerConfig from parsed args, as Megatron-LM's
-    core_transformer_config_from_args (arguments.py, core_v0.16.1) builds it."""
+    """megatron-core TransformerConfig (MLATransformerConfig with multi-latent
+    attention) from parsed args, as Megatron-LM's validate_args and
+    core_transformer_config_from_args (arguments.py, core_v0.16.1) build it."""
     import torch
     import torch.nn.functional as F
-    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
     from megatron.core.transformer.enums import AttnBackend
 
     ns = argparse.Namespace(**vars(ns))
     ns.params_dtype = torch.bfloat16 if ns.bf16 else torch.float32    # validate_args
     ns.attention_backend = AttnBackend[ns.attention_backend]
-    kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(TransformerConfig)
+    # validate_args: ETP defaults to TP, the expert FFN to the FFN, one-element
+    # router lists to their element; the parser's type converts --moe-layer-freq
+    if ns.expert_tensor_parallel_size is None:
+        ns.expert_tensor_parallel_size = ns.tensor_model_parallel_size
+    if ns.num_experts is not None and ns.moe_ffn_hidden_size is None:
+        ns.moe_ffn_hidden_size = ns.ffn_hidden_size
+    for name in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
+        value = getattr(ns, name)
+        if isinstance(value, list) and len(value) == 1:
+            setattr(ns, name, value[0])
+    ns.moe_layer_freq = moe_freq_type(str(ns.moe_layer_freq))
+    config_class = MLATransformerConfig if ns.multi_latent_attention else TransformerConfig
+    kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_class)
           if hasattr(ns, f.name)}
+    kw["num_moe_experts"] = ns.num_experts
     kw.update(persist_layer_norm=not ns.no_persist_layer_norm, deallocate_pipeline_outputs=True,
               pipeline_dtype=ns.params_dtype, batch_p2p_comm=not ns.overlap_p2p_comm,
               num_layers_in_first_pipeline_stage=ns.decoder_first_pipeline_num_layers,
@@ -203,10 +230,10 @@ def transformer_config(ns: argparse.Namespace):
     kw.update(apply_rope_fusion=False)
     if isinstance(kw.get("cp_comm_type"), list) and len(kw["cp_comm_type"]) == 1:
         kw["cp_comm_type"] = kw["cp_comm_type"][0]
-    return TransformerConfig(**kw)
+    return config_class(**kw)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
 def test_megatron_core_transformer_config_accepts_the_args(name):
     pytest.importorskip("megatron.core")
     spec = case_spec(name)
@@ -255,3 +282,128 @@ def test_searched_top_plans_are_accepted(model, gpu, nodes, precision):
         transformer_config(ns)
         assert ns.tensor_model_parallel_size * ns.pipeline_model_parallel_size * \
             ns.context_parallel_size * plan.dp == result.cluster.num_gpus
+
+
+# ------------------------------------------------------------ mixture of experts
+
+
+@pytest.mark.parametrize("name", sorted(MOE_CASES))
+def test_moe_args_carry_the_model_and_plan(name):
+    """Experts, their layers, router, EP/ETP, dispatcher, MLA and MTP parse to the
+    model and plan, and megatron-core's config (MLA's for MLA) carries them."""
+    spec = case_spec(name)
+    ns = parse(megatron_args(spec))
+    m, p, moe = spec.model, spec.plan, spec.moe
+    pattern = [1 if kind == "moe" else 0 for kind in m.layer_pattern]
+    assert (ns.num_experts, ns.moe_router_topk, ns.moe_ffn_hidden_size) == \
+        (m.num_experts, m.moe_topk, m.moe_ffn_hidden_size)
+    assert ns.moe_shared_expert_intermediate_size == (m.moe_shared_expert_ffn_hidden_size
+                                                      or None)
+    freq = moe_freq_type(ns.moe_layer_freq)
+    assert (freq == 1 and all(pattern)) or freq == pattern
+    assert (ns.expert_model_parallel_size, ns.expert_tensor_parallel_size) == (p.ep, p.etp)
+    assert ns.moe_grouped_gemm == spec.software.moe_grouped_gemm
+    dispatcher, _, backend = spec.software.moe_dispatcher.partition("-")
+    assert ns.moe_token_dispatcher_type == dispatcher
+    if backend:
+        assert ns.moe_flex_dispatcher_backend == backend
+    assert ns.overlap_moe_expert_parallel_comm == moe.a2a_overlap
+    assert ns.moe_router_load_balancing_type == [moe.router.load_balancing_type]
+    assert ns.moe_aux_loss_coeff == [moe.router.aux_loss_coeff]
+    assert ns.mtp_num_layers == (m.mtp_layers or None)
+    mla = m.attention_kind == "mla"
+    assert ns.multi_latent_attention == mla and ns.qk_layernorm == (mla or m.qk_norm)
+    if mla:
+        assert (ns.q_lora_rank, ns.kv_lora_rank, ns.qk_head_dim, ns.qk_pos_emb_head_dim,
+                ns.v_head_dim) == (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim,
+                                   m.qk_rope_head_dim, m.v_head_dim)
+        assert not ns.group_query_attention
+    else:
+        assert ns.kv_channels == (m.kv_channels or None)
+        assert ns.num_query_groups == m.num_kv_heads
+
+    pytest.importorskip("megatron.core")
+    config = transformer_config(ns)
+    assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == \
+        (m.num_experts, m.moe_topk, m.moe_ffn_hidden_size)
+    assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == \
+        (p.ep, p.etp)
+    assert config.moe_layer_freq in (1, pattern) and (config.moe_layer_freq == 1) == all(pattern)
+    assert config.moe_token_dispatcher_type == dispatcher
+    assert config.overlap_moe_expert_parallel_comm == moe.a2a_overlap
+    assert config.moe_router_load_balancing_type == moe.router.load_balancing_type
+    assert config.moe_router_score_function == moe.router.score_function
+    assert config.moe_router_enable_expert_bias == moe.router.expert_bias
+    assert config.multi_latent_attention == mla
+    assert config.qk_layernorm == (mla or m.qk_norm)
+    assert config.mtp_num_layers == (m.mtp_layers or None)
+    if mla:
+        assert (config.q_lora_rank, config.kv_lora_rank, config.qk_head_dim,
+                config.qk_pos_emb_head_dim, config.v_head_dim) == \
+            (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim,
+             m.v_head_dim)
+    else:
+        assert config.kv_channels == m.head_dim
+
+
+def test_moe_cases_cover_what_the_brief_needs():
+    """DeepSeek-V3 with EP 64, MTP and dense-first layers; Qwen3 with EP 8;
+    Mixtral with ETP != TP; an A2A overlap kept on; a flex dispatcher."""
+    specs = [case_spec(name) for name in MOE_CASES]
+    assert any(s.model.attention_kind == "mla" and s.plan.ep == 64 and s.model.mtp_layers
+               and s.model.moe_first_dense_layers for s in specs)
+    assert any(s.model.qk_norm and s.plan.ep == 8 for s in specs)
+    assert any(s.plan.etp != s.plan.tp and s.model.attention_kind == "gqa" for s in specs)
+    assert any(s.moe.a2a_overlap for s in specs) and any(s.moe.flex_backend for s in specs)
+
+
+def test_a2a_overlap_off_where_megatron_core_refuses_it():
+    """The stack asks for EP A2A overlap, but megatron-core refuses it with full
+    recompute: the flag is left out and every header says why."""
+    spec = case_spec("mixtral-8x7b-etp2")
+    assert spec.software.moe_a2a_overlap and not spec.moe.a2a_overlap
+    assert "--overlap-moe-expert-parallel-comm" not in megatron_args(spec)
+    assert any("full recompute" in line for line in spec.describe())
+
+
+def test_moe_layer_freq_expression_is_megatrons_list():
+    """Leading dense layers and a period > 1 both become the list Megatron evaluates."""
+    from autoconfig.core.model import ModelSpec
+    from autoconfig.launch.moe import MoeRouter, moe_launch
+    from autoconfig.core.plan import Plan
+    from autoconfig.training.stack import load_stack
+    features = load_stack("megatron-lm").features
+    for first, freq in ((3, 1), (0, 2), (1, 2), (0, 1)):
+        model = ModelSpec(name="m", num_layers=12, hidden_size=256, num_heads=4, num_kv_heads=4,
+                          ffn_hidden_size=512, vocab_size=1024, seq_len=128, num_experts=8,
+                          moe_topk=2, moe_ffn_hidden_size=128, moe_first_dense_layers=first,
+                          moe_layer_freq=freq)
+        moe = moe_launch(model, Plan(tp=1, pp=1, dp=8, ep=8), features, MoeRouter())
+        expected = [1 if kind == "moe" else 0 for kind in model.layer_pattern]
+        value = moe_freq_type(moe.layer_freq_expression)
+        assert value == expected or (value == 1 and all(expected))
+    assert moe_launch(dataclasses.replace(model, moe_topk=1), Plan(tp=1, pp=1, dp=8),
+                      features, MoeRouter()).router.pre_softmax   # megatron-core asks for it
+
+
+@pytest.mark.parametrize("model, nodes", [("DEEPSEEK_V3", 64), ("QWEN3_30B_A3B", 2),
+                                          ("MIXTRAL_8X7B", 8)])
+def test_searched_top_moe_plans_are_accepted(model, nodes):
+    """The MoE plans the search ranks first launch as Megatron accepts them."""
+    pytest.importorskip("megatron.core")
+    import launch_cases
+    from autoconfig.core.catalog import get_gpu
+    from autoconfig.core.hardware import Cluster
+    from autoconfig.core.plan import Workload
+    from autoconfig.launch.spec import launch_spec
+    from autoconfig.training.search import search
+    m, g = getattr(launch_cases, model), get_gpu("h100-80gb")
+    result = search(m, Workload(1024, m.seq_len), Cluster(g, nodes, g.gpus_per_node),
+                    stack="nemo")
+    for plan in result.top_plans(5):
+        spec = launch_spec(m, result.workload, plan, result.cluster, software=result.software,
+                           stack=result.stack)
+        ns = parse(megatron_args(spec))
+        config = transformer_config(ns)
+        assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == \
+            (plan.ep, plan.etp)

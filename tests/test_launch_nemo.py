@@ -23,11 +23,16 @@ import types
 import pytest
 import yaml
 
+from autoconfig.launch import bridge, nemo1
 from autoconfig.launch.bridge import bridge_text
+from autoconfig.launch.files import launch_document, launch_texts
 from autoconfig.launch.nemo1 import nemo1_overrides, nemo1_text
-from launch_cases import CASES, DATA, case_spec, recorded
+from autoconfig.launch.spec import _launch_data
+from launch_cases import ALL_CASES, DATA, MOE_CASES, case_spec, recorded
 
 MISSING = object()
+NEMO_CASES = sorted(n for n in ALL_CASES if nemo1.not_written_reason(case_spec(n)) is None)
+BRIDGE_CASES = sorted(n for n in ALL_CASES if bridge.not_written_reason(case_spec(n)) is None)
 
 
 def nemo_base() -> dict:
@@ -90,7 +95,7 @@ def test_recorded_nemo_yaml_is_sourced():
         compose(nemo_base(), ["model.context_parallel_size=2"])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", NEMO_CASES)
 def test_nemo1_overrides_compose_and_match(name):
     spec = case_spec(name)
     cfg = compose(nemo_base(), nemo1_overrides(spec))
@@ -167,12 +172,14 @@ def bridge_assignments(text: str) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", BRIDGE_CASES)
 def test_bridge_recipe_fields_exist(name):
     spec = case_spec(name)
     text = bridge_text(spec)
     data = recorded("megatron_bridge_fields.json")
-    fields = data["sections"]
+    fields = dict(data["sections"])
+    if spec.model.attention_kind == "mla":   # the MLA recipes' cfg.model is an MLAModelProvider
+        fields["model"] = data["providers"]["MLAModelProvider"]
     unknown = [f"{s}.{f}" for s, f in bridge_assignments(text) if f not in fields.get(s, ())]
     assert not unknown, f"fields Megatron-Bridge does not have: {unknown}"
     module, function = spec.family.bridge_recipe.split(":")
@@ -220,7 +227,7 @@ def _run_bridge(text: str, monkeypatch) -> types.SimpleNamespace:
     return namespace["autoconfig_config"]()
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", BRIDGE_CASES)
 def test_bridge_recipe_values_match(name, monkeypatch):
     pytest.importorskip("megatron.core")
     spec = case_spec(name)
@@ -229,7 +236,8 @@ def test_bridge_recipe_values_match(name, monkeypatch):
     assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.ffn_hidden_size,
             cfg.model.num_attention_heads, cfg.model.num_query_groups) == \
         (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_heads, m.num_kv_heads)
-    assert cfg.model.gated_linear_unit == (m.mlp_kind == "swiglu")
+    if not spec.family.recipe_builds_model:   # else the recipe's own architecture stays
+        assert cfg.model.gated_linear_unit == (m.mlp_kind == "swiglu")
     assert (cfg.model.tensor_model_parallel_size, cfg.model.pipeline_model_parallel_size,
             cfg.model.context_parallel_size, cfg.model.sequence_parallel) == \
         (p.tp, p.pp, p.cp, p.sp)
@@ -257,3 +265,107 @@ def test_bridge_recipe_values_match(name, monkeypatch):
     assert cfg.dataset.blend == (["/data/my_text_document"], None)
     if m.family == "llama3":
         assert cfg.model.rotary_base == 500000
+
+
+# ------------------------------------------------------------ mixture of experts
+
+
+@pytest.mark.parametrize("name", [n for n in NEMO_CASES if n in MOE_CASES])
+def test_nemo1_moe_keys_compose_and_match(name):
+    """NeMo 1 gets the experts, EP, router and dispatcher, and the layer spec that
+    builds per-layer kinds and Q/K norms from the config."""
+    spec = case_spec(name)
+    model = compose(nemo_base(), nemo1_overrides(spec))["model"]
+    m, p, moe = spec.model, spec.plan, spec.moe
+    assert model["name"] == "decoder_block_gpt"
+    assert (model["num_moe_experts"], model["moe_router_topk"], model["moe_ffn_hidden_size"],
+            model["expert_model_parallel_size"]) == (m.num_experts, m.moe_topk,
+                                                     m.moe_ffn_hidden_size, p.ep)
+    assert p.etp == p.tp and "expert_tensor_parallel_size" not in model
+    pattern = [1 if kind == "moe" else 0 for kind in m.layer_pattern]
+    assert model["moe_layer_freq"] in (1, pattern) and (model["moe_layer_freq"] == 1) == \
+        all(pattern)
+    assert model["moe_grouped_gemm"] == moe.grouped_gemm
+    assert model["moe_token_dispatcher_type"] == moe.dispatcher
+    assert model["moe_router_load_balancing_type"] == moe.router.load_balancing_type
+    assert model["moe_aux_loss_coeff"] == pytest.approx(moe.router.aux_loss_coeff)
+    assert model.get("qk_layernorm", False) == m.qk_norm
+    assert model["kv_channels"] == (m.kv_channels or None)
+
+
+@pytest.mark.parametrize("name, reason", [("deepseek-v3-ep64-pp8-hybridep", "multi-latent"),
+                                          ("mixtral-8x7b-etp2", "expert tensor parallelism")])
+def test_nemo1_refuses_what_it_cannot_run(name, reason):
+    """No nemo_overrides.txt for MLA or ETP != TP: the reason goes where the files are
+    listed (best.yaml's launch section), as for a stack that launches nothing."""
+    spec = case_spec(name)
+    why = nemo1.not_written_reason(spec)
+    assert why and reason in why
+    assert "nemo" not in launch_texts(spec) and "megatron" in launch_texts(spec)
+    document = launch_document(spec)
+    assert document["nemo1_not_written"] == why and "nemo1_overrides" not in document
+
+
+def test_bridge_refuses_mla_without_its_own_recipe():
+    """An MLA model needs an MLA provider, which only its own recipe builds."""
+    import dataclasses
+    spec = case_spec("deepseek-v3-ep64-pp8-hybridep")
+    other = dataclasses.replace(spec, family=dataclasses.replace(
+        spec.family, recipe_builds_model=False,
+        bridge_recipe="megatron.bridge.recipes.gpt:vanilla_gpt_pretrain_config"))
+    assert bridge.not_written_reason(spec) is None
+    assert "multi-latent" in bridge.not_written_reason(other)
+    assert "bridge" not in launch_texts(other) and "bridge_not_written" in launch_document(other)
+
+
+def test_launch_yaml_recipes_are_real():
+    """Every recipe heuristics/launch.yaml names is exported by Megatron-Bridge at the
+    recorded commit (families, per-model, MoE models' own, fallback)."""
+    data, exported = _launch_data(), recorded("megatron_bridge_fields.json")["recipes"]
+    names = [entry["bridge_recipe"]["value"] for entry in data["families"].values()]
+    names += [entry["value"] for key in ("recipes_by_model", "moe_recipes")
+              for entry in data[key].values()]
+    names.append(data["fallback_bridge_recipe"]["value"])
+    for name in names:
+        module, function = name.split(":")
+        assert function in exported.get(module, ()), name
+    assert {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b",
+            "kimi-k2"} <= set(data["moe_recipes"])
+
+
+@pytest.mark.parametrize("name", [n for n in BRIDGE_CASES if n in MOE_CASES])
+def test_bridge_moe_values_match(name, monkeypatch):
+    """The MoE fields and plan on Bridge's model config, the A2A overlap on its
+    CommOverlapConfig; a model's own recipe keeps its architecture and router, and
+    its pipeline layout is replaced by the plan's split."""
+    pytest.importorskip("megatron.core")
+    spec = case_spec(name)
+    cfg = _run_bridge(bridge_text(spec), monkeypatch)
+    m, p, moe, model = spec.model, spec.plan, spec.moe, cfg.model
+    assert (model.num_moe_experts, model.moe_router_topk, model.moe_ffn_hidden_size) == \
+        (m.num_experts, m.moe_topk, m.moe_ffn_hidden_size)
+    assert model.moe_shared_expert_intermediate_size == (m.moe_shared_expert_ffn_hidden_size
+                                                         or None)
+    pattern = [1 if kind == "moe" else 0 for kind in m.layer_pattern]
+    assert model.moe_layer_freq == (1 if all(pattern) else pattern)
+    assert (model.expert_model_parallel_size, model.expert_tensor_parallel_size) == (p.ep, p.etp)
+    assert model.moe_token_dispatcher_type == moe.dispatcher
+    assert model.moe_flex_dispatcher_backend == moe.flex_backend
+    assert model.moe_grouped_gemm == spec.software.moe_grouped_gemm
+    assert model.moe_shared_expert_overlap is False
+    assert cfg.comm_overlap.overlap_moe_expert_parallel_comm == moe.a2a_overlap
+    assert model.mtp_num_layers == (m.mtp_layers or None)
+    own = spec.family.recipe_builds_model
+    assert own == (m.name in _launch_data()["moe_recipes"])
+    if own:
+        assert model.pipeline_model_parallel_layout is None
+        assert not hasattr(model, "activation_func") and not hasattr(
+            model, "moe_router_load_balancing_type")
+    else:
+        assert model.moe_router_load_balancing_type == moe.router.load_balancing_type
+        assert model.moe_aux_loss_coeff == moe.router.aux_loss_coeff
+    if m.attention_kind == "mla":
+        assert model.multi_latent_attention and model.qk_layernorm
+        assert (model.q_lora_rank, model.kv_lora_rank, model.qk_head_dim,
+                model.qk_pos_emb_head_dim, model.v_head_dim) == \
+            (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)

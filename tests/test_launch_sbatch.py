@@ -24,7 +24,7 @@ from autoconfig.launch.megatron_lm import megatron_args_script
 from autoconfig.launch.sbatch import render_sbatch
 from autoconfig.launch.spec import SlurmSettings, launch_spec
 from autoconfig.profiling.spec import ProfileSpec
-from launch_cases import CASES, case_spec
+from launch_cases import ALL_CASES, case_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "slurm-localhost.sh"
@@ -46,7 +46,7 @@ def _check(path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(ALL_CASES))
 def test_scripts_pass_shellcheck(name, tmp_path):
     spec = case_spec(name)
     files = {"launch.sbatch": render_sbatch(spec),
@@ -82,6 +82,16 @@ def test_plain_plan_without_options_has_no_empty_directives():
     text = render_sbatch(case_spec("llama3-8b-bf16-plain"))
     assert "--partition" not in text and "--time" not in text
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in text   # TP = CP = 1 (Bridge overrides)
+
+
+def test_moe_environment_follows_the_dispatcher_and_overlap():
+    """Bridge's rules: HybridEP gets its ranks per NVLink domain and more hardware
+    queues; EP A2A overlap keeps more than one queue even with TP > 1."""
+    hybridep = render_sbatch(case_spec("deepseek-v3-ep64-pp8-hybridep"))
+    assert "export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8" in hybridep
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in hybridep   # TP 2, no A2A overlap
+    a2a = render_sbatch(case_spec("deepseek-v3-ep16-pp3-vp3-a2a"))
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in a2a and "HYBRID_EP" not in a2a
 
 
 # ------------------------------------------------------------ real SLURM

@@ -8,6 +8,15 @@ assignment against the fields recorded from the fetched Megatron-Bridge and
 Megatron-LM sources (tests/data/megatron_bridge_fields.json).
 Run it: ``torchrun --nproc-per-node 8 bridge_recipe.py`` on one node, or
 submit launch_bridge.sbatch (the same SLURM template as launch.sbatch).
+
+An MoE model with its own recipe (heuristics/launch.yaml ``moe_recipes``) keeps
+the architecture the recipe's provider read from the model's Hugging Face config
+(activation, positions, norms, router, MLA); the file sets its shape, the plan
+(EP, ETP and the whole pipeline split, replacing the recipe's layout), the
+dispatcher and overlaps. Other MoE models start from vanilla GPT with every MoE
+field set. The dispatcher is set field by field, not with Bridge's
+apply_flex_dispatcher_backend, which silently falls back to alltoall on GPUs
+without DeepEP/HybridEP: Bridge's own validation then fails loudly instead.
 """
 
 from autoconfig.launch.spec import LaunchSpec
@@ -24,9 +33,107 @@ def _py(v) -> str:
     return repr(v)
 
 
+ARCHITECTURE = frozenset({"model.normalization", "model.gated_linear_unit",
+                          "model.activation_func", "model.add_bias_linear",
+                          "model.position_embedding_type",
+                          "model.share_embeddings_and_output_weights", "model.rotary_base"})
+"""What a model's own recipe keeps from its Hugging Face config (GPT-OSS's clamped
+quick-GELU and YaRN positions, say, which autoconfig's shape cannot express)."""
+
+
+def not_written_reason(spec: LaunchSpec) -> str | None:
+    """Why no bridge_recipe.py can run this model (None: it can)."""
+    if spec.model.attention_kind == "mla" and not spec.family.recipe_builds_model:
+        return ("no bridge_recipe.py: multi-latent attention needs an MLA model provider, "
+                f"which only a model's own recipe builds; {spec.model.name} has none in "
+                "heuristics/launch.yaml moe_recipes, and the vanilla GPT fallback "
+                "(GPTModelProvider) has no MLA fields")
+    return None
+
+
 def assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
     """(``section.field``, value) for every field set, in order; values are Python
     literals except the few names the file imports (activation, attention backend)."""
+    out = _assignments(spec)
+    if spec.family.recipe_builds_model:
+        out = [(key, value) for key, value in out if key not in ARCHITECTURE]
+    return out
+
+
+def _experts(spec: LaunchSpec) -> list[tuple[str, object]]:
+    """Attention extras, experts, router and MTP of the model section."""
+    m, moe = spec.model, spec.moe
+    out: list[tuple[str, object]] = []
+    if m.attention_kind == "gqa" and m.kv_channels:
+        out.append(("model.kv_channels", m.kv_channels))
+    if m.qk_norm or m.attention_kind == "mla":   # MLA's latent norms (see megatron_lm.py)
+        out.append(("model.qk_layernorm", True))
+    if m.attention_kind == "mla":
+        out += [("model.multi_latent_attention", True),
+                ("model.q_lora_rank", m.q_lora_rank or None),
+                ("model.kv_lora_rank", m.kv_lora_rank),
+                ("model.qk_head_dim", m.qk_nope_head_dim),
+                ("model.qk_pos_emb_head_dim", m.qk_rope_head_dim),
+                ("model.v_head_dim", m.v_head_dim)]
+    if moe is None:
+        return out + ([("model.mtp_num_layers", m.mtp_layers)] if m.mtp_layers else [])
+    out += [("model.num_moe_experts", moe.num_experts), ("model.moe_router_topk", moe.topk),
+            ("model.moe_ffn_hidden_size", moe.ffn_hidden_size),
+            ("model.moe_shared_expert_intermediate_size", moe.shared_ffn_hidden_size),
+            # Megatron's list expression is Python too: ([0]*3+[1]*58) is the list
+            ("model.moe_layer_freq", 1 if moe.every_layer else _Name(moe.layer_freq_expression)),
+            ("model.moe_router_dtype", moe.router_dtype),
+            ("model.mtp_num_layers", m.mtp_layers or None)]
+    if not spec.family.recipe_builds_model:
+        r = moe.router
+        out += [("model.moe_router_load_balancing_type", r.load_balancing_type),
+                ("model.moe_aux_loss_coeff", r.aux_loss_coeff),
+                ("model.moe_router_score_function", r.score_function),
+                ("model.moe_router_pre_softmax", r.pre_softmax),
+                ("model.moe_router_enable_expert_bias", r.expert_bias),
+                ("model.moe_router_topk_scaling_factor", r.topk_scaling_factor),
+                ("model.moe_router_num_groups", r.num_groups),
+                ("model.moe_router_group_topk", r.group_topk)]
+    return out
+
+
+def _expert_plan(spec: LaunchSpec) -> list[tuple[str, object]]:
+    """EP, ETP, the dispatcher and grouped GEMM (nothing for a dense model)."""
+    moe = spec.moe
+    if moe is None:
+        return []
+    return [("model.expert_model_parallel_size", moe.ep),
+            ("model.expert_tensor_parallel_size", moe.etp),
+            ("model.moe_grouped_gemm", moe.grouped_gemm),
+            ("model.moe_token_dispatcher_type", moe.dispatcher),
+            ("model.moe_flex_dispatcher_backend", moe.flex_backend),
+            # The prediction assumes no shared-expert overlap (Megatron-LM's default);
+            # megatron-core also refuses it with flex and with EP A2A overlap.
+            ("model.moe_shared_expert_overlap", False)]
+
+
+def _split(spec: LaunchSpec) -> list[tuple[str, object]]:
+    """The pipeline split. A model's own recipe may carry a layout (DeepSeek-V3,
+    Kimi K2) or the embedding/loss accounting (Qwen3-235B): all of it is replaced."""
+    p = spec.plan
+    own = spec.family.recipe_builds_model
+    out = [("model.pipeline_model_parallel_layout", None)] if own else []
+    if spec.embedding_and_loss_split:
+        out += [("model.account_for_embedding_in_pipeline_split", True),
+                ("model.account_for_loss_in_pipeline_split", True)]
+        if own:
+            out += [("model.num_layers_in_first_pipeline_stage", None),
+                    ("model.num_layers_in_last_pipeline_stage", None)]
+    else:
+        if own:
+            out += [("model.account_for_embedding_in_pipeline_split", False),
+                    ("model.account_for_loss_in_pipeline_split", False)]
+        out += [("model.num_layers_in_first_pipeline_stage", p.first_stage_layers or None),
+                ("model.num_layers_in_last_pipeline_stage", p.last_stage_layers or None)]
+    return out
+
+
+def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
     m, p, w, b = spec.model, spec.plan, spec.workload, spec.base
     out = [
         ("model.num_layers", m.num_layers), ("model.hidden_size", m.hidden_size),
@@ -47,17 +154,14 @@ def assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
     ]
     if m.position_embedding == "rope":
         out.append(("model.rotary_base", spec.family.rotary_base))
+    out += _experts(spec)
     out += [
         ("model.tensor_model_parallel_size", p.tp),
         ("model.pipeline_model_parallel_size", p.pp),
         ("model.virtual_pipeline_model_parallel_size", p.vp if p.vp > 1 else None),
     ]
-    if spec.embedding_and_loss_split:
-        out += [("model.account_for_embedding_in_pipeline_split", True),
-                ("model.account_for_loss_in_pipeline_split", True)]
-    else:
-        out += [("model.num_layers_in_first_pipeline_stage", p.first_stage_layers or None),
-                ("model.num_layers_in_last_pipeline_stage", p.last_stage_layers or None)]
+    out += _split(spec)
+    out += _expert_plan(spec)
     out += [
         ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
         ("model.recompute_granularity", None if p.recompute == "none" else p.recompute),
@@ -106,6 +210,8 @@ def _comm_overlap_args(spec: LaunchSpec) -> str:
     if spec.interleaved:
         args += [f"overlap_p2p_comm={spec.overlap_p2p_comm!r}",
                  f"batch_p2p_comm={not spec.overlap_p2p_comm!r}"]
+    if spec.moe is not None:
+        args.append(f"overlap_moe_expert_parallel_comm={spec.moe.a2a_overlap!r}")
     return ", ".join(args)
 
 

@@ -1,5 +1,7 @@
 """Every launch target of one LaunchSpec, as file texts and as one document."""
 
+import dataclasses
+
 from autoconfig.launch import bridge, megatron_lm, nemo1, sbatch
 from autoconfig.launch.spec import LaunchSpec
 
@@ -10,18 +12,28 @@ BRIDGE_SBATCH_NAME = "launch_bridge.sbatch"
 NEMO_NAME = "nemo_overrides.txt"
 
 
+def not_written(spec: LaunchSpec) -> dict[str, str]:
+    """Target -> why it gets no file for this model or plan (a file that cannot
+    run is never written); empty when every target runs it."""
+    reasons = {"bridge": bridge.not_written_reason(spec), "nemo": nemo1.not_written_reason(spec)}
+    return {key: reason for key, reason in reasons.items() if reason}
+
+
 def launch_texts(spec: LaunchSpec) -> dict[str, tuple[str, str]]:
-    """key -> (file name, text) for every target (none for a stack they do not run)."""
+    """key -> (file name, text) for every target (none for a stack they do not run,
+    none for a target that cannot run the model: ``not_written``)."""
     if not spec.launchable:
         return {}
-    return {
-        "megatron": (MEGATRON_NAME, megatron_lm.megatron_args_script(spec)),
-        "sbatch": (SBATCH_NAME, sbatch.render_sbatch(spec)),
-        "bridge": (BRIDGE_NAME, bridge.bridge_text(spec)),
-        "bridge_sbatch": (BRIDGE_SBATCH_NAME,
-                          sbatch.render_sbatch(spec, ["python", BRIDGE_NAME], [])),
-        "nemo": (NEMO_NAME, nemo1.nemo1_text(spec)),
-    }
+    skip = not_written(spec)
+    texts = {"megatron": (MEGATRON_NAME, megatron_lm.megatron_args_script(spec)),
+             "sbatch": (SBATCH_NAME, sbatch.render_sbatch(spec))}
+    if "bridge" not in skip:
+        texts["bridge"] = (BRIDGE_NAME, bridge.bridge_text(spec))
+        texts["bridge_sbatch"] = (BRIDGE_SBATCH_NAME,
+                                  sbatch.render_sbatch(spec, ["python", BRIDGE_NAME], []))
+    if "nemo" not in skip:
+        texts["nemo"] = (NEMO_NAME, nemo1.nemo1_text(spec))
+    return texts
 
 
 def launch_document(spec: LaunchSpec) -> dict:
@@ -52,17 +64,35 @@ def launch_document(spec: LaunchSpec) -> dict:
     }
     if not spec.launchable:
         return {**document, "not_written": spec.not_launchable_reason}
-    return {
-        **document,
+    skip = not_written(spec)
+    if spec.moe is not None:
+        document["stack"].update(moe_document(spec))
+    document.update({
         "tokenizer": {"type": spec.family.tokenizer_type, "model": spec.family.tokenizer_model,
                       "vocab_size": spec.family.tokenizer_vocab_size,
                       "make_vocab_size_divisible_by": spec.vocab_divisor,
                       "padded_vocab_size": spec.padded_vocab},
         "megatron_args": megatron_lm.megatron_args(spec, "real"),
-        "megatron_mock_args": megatron_lm.megatron_args(spec, "mock"),
-        "nemo1_overrides": nemo1.nemo1_overrides(spec),
-        "bridge": {"recipe": spec.family.bridge_recipe,
-                   "fields": {k: (str(v) if type(v).__name__ == "_Name" else v)
-                              for k, v in bridge.assignments(spec)}},
-        "files": {key: name for key, (name, _) in launch_texts(spec).items()},
-    }
+        "megatron_mock_args": megatron_lm.megatron_args(spec, "mock")})
+    if "nemo" in skip:
+        document["nemo1_not_written"] = skip["nemo"]
+    else:
+        document["nemo1_overrides"] = nemo1.nemo1_overrides(spec)
+    if "bridge" in skip:
+        document["bridge_not_written"] = skip["bridge"]
+    else:
+        document["bridge"] = {"recipe": spec.family.bridge_recipe,
+                              "fields": {k: (str(v) if type(v).__name__ == "_Name" else v)
+                                         for k, v in bridge.assignments(spec)}}
+    document["files"] = {key: name for key, (name, _) in launch_texts(spec).items()}
+    return document
+
+
+def moe_document(spec: LaunchSpec) -> dict:
+    """The MoE part of the stack section: how the experts run and are routed."""
+    moe = spec.moe
+    router = dataclasses.asdict(moe.router)
+    return {"moe_dispatcher": moe.dispatcher, "moe_flex_backend": moe.flex_backend,
+            "moe_a2a_overlap": moe.a2a_overlap, "moe_a2a_overlap_off": moe.a2a_overlap_off,
+            "moe_grouped_gemm": moe.grouped_gemm,
+            "moe_router": router}

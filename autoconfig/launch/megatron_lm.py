@@ -6,6 +6,12 @@ tests build megatron-core's TransformerConfig from them. Arguments come in
 groups (model, parallel, stack, precision, schedule, data, output) so the
 sbatch script can show them apart. Data, tokenizer and output paths are shell
 variables (``$DATA_PATH``...) the user sets: clearly placeholders, never guesses.
+
+Mixture-of-experts and multi-latent attention use only flags of that parser
+(core_v0.16.1). MLA keeps Megatron's default rope type for MLA (YaRN) with the
+parser's --rotary-scaling-factor 1.0, which is plain RoPE (YaRN with factor 1
+changes no frequency and no softmax scale) and, unlike --rope-type rope, works
+with Megatron's default rope fusion.
 """
 
 from autoconfig.launch.spec import LaunchSpec
@@ -34,8 +40,9 @@ def model_args(spec: LaunchSpec) -> list[str]:
             "--num-attention-heads", str(m.num_heads),
             "--seq-length", str(w.seq_len),
             "--max-position-embeddings", str(max(w.seq_len, m.seq_len))]
-    if m.num_kv_heads != m.num_heads:
+    if m.num_kv_heads != m.num_heads and m.attention_kind != "mla":
         args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    args += attention_args(spec)
     if m.mlp_kind == "swiglu":
         args.append("--swiglu")
     args += ["--normalization", "RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm"]
@@ -52,6 +59,57 @@ def model_args(spec: LaunchSpec) -> list[str]:
              "--hidden-dropout", f"{m.hidden_dropout:g}",
              "--init-method-std", f"{spec.base.init_method_std:.6g}",
              "--make-vocab-size-divisible-by", str(spec.vocab_divisor)]
+    return args + experts_args(spec)
+
+
+def attention_args(spec: LaunchSpec) -> list[str]:
+    """Head width, Q/K norms and multi-latent attention (nothing for GPT/Llama shapes)."""
+    m = spec.model
+    args = []
+    if m.attention_kind == "mla":
+        args.append("--multi-latent-attention")
+        if m.q_lora_rank:   # 0: queries projected directly (Megatron's None)
+            args += ["--q-lora-rank", str(m.q_lora_rank)]
+        args += ["--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim),
+                 "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim),
+                 "--v-head-dim", str(m.v_head_dim)]
+    elif m.kv_channels:
+        args += ["--kv-channels", str(m.kv_channels)]
+    if m.qk_norm or m.attention_kind == "mla":
+        # megatron-core builds MLA's norms of the query and KV latents (which the model
+        # counts) only with qk_layernorm (gpt_layer_specs.py: *_up_proj with layer norm).
+        args.append("--qk-layernorm")
+    return args
+
+
+def experts_args(spec: LaunchSpec) -> list[str]:
+    """Routed and shared experts, which layers have them, the router, MTP."""
+    moe, m = spec.moe, spec.model
+    args = []
+    if moe is not None:
+        r = moe.router
+        args += ["--num-experts", str(moe.num_experts), "--moe-router-topk", str(moe.topk),
+                 "--moe-ffn-hidden-size", str(moe.ffn_hidden_size)]
+        if moe.shared_ffn_hidden_size:
+            args += ["--moe-shared-expert-intermediate-size", str(moe.shared_ffn_hidden_size)]
+        args += ["--moe-layer-freq", moe.layer_freq_expression,
+                 "--moe-router-load-balancing-type", r.load_balancing_type,
+                 "--moe-aux-loss-coeff", f"{r.aux_loss_coeff:g}"]
+        if r.score_function != "softmax":
+            args += ["--moe-router-score-function", r.score_function]
+        if r.pre_softmax:
+            args.append("--moe-router-pre-softmax")
+        if r.expert_bias:
+            args.append("--moe-router-enable-expert-bias")
+        if r.topk_scaling_factor:
+            args += ["--moe-router-topk-scaling-factor", f"{r.topk_scaling_factor:g}"]
+        if r.num_groups:
+            args += ["--moe-router-num-groups", str(r.num_groups),
+                     "--moe-router-group-topk", str(r.group_topk)]
+        if moe.router_dtype:
+            args += ["--moe-router-dtype", moe.router_dtype]
+    if m.mtp_layers:
+        args += ["--mtp-num-layers", str(m.mtp_layers)]
     return args
 
 
@@ -76,6 +134,10 @@ def parallel_args(spec: LaunchSpec) -> list[str]:
             args += ["--decoder-last-pipeline-num-layers", str(plan.last_stage_layers)]
     if plan.cp > 1:
         args += ["--context-parallel-size", str(plan.cp)]
+    if spec.moe is not None:
+        # ETP always: Megatron's default (None) is TP, which the plan may not be.
+        args += ["--expert-model-parallel-size", str(plan.ep),
+                 "--expert-tensor-parallel-size", str(plan.etp)]
     if plan.sp:
         args.append("--sequence-parallel")
     args += ["--micro-batch-size", str(plan.mbs),
@@ -105,6 +167,15 @@ def stack_args(spec: LaunchSpec) -> list[str]:
     if spec.interleaved and not spec.overlap_p2p_comm:
         # Megatron-LM overlaps interleaved pipeline sends by default.
         args.append("--no-overlap-p2p-communication")
+    moe = spec.moe
+    if moe is not None:
+        if moe.grouped_gemm:
+            args.append("--moe-grouped-gemm")
+        args += ["--moe-token-dispatcher-type", moe.dispatcher]
+        if moe.flex_backend:
+            args += ["--moe-flex-dispatcher-backend", moe.flex_backend]
+        if moe.a2a_overlap:
+            args.append("--overlap-moe-expert-parallel-comm")
     return args
 
 

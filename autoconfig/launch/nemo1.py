@@ -7,6 +7,17 @@ round). The full model shape and architecture, the plan, the stack's overlaps,
 precision and the base config's optimizer and schedule are all set, so nothing
 falls back to the yaml's 12-layer GPT defaults. Paths are ``${oc.env:VAR}``
 placeholders resolved from the environment at start.
+
+Mixture-of-experts (NeMo 8cfedd7, nemo/collections/nlp/models/language_modeling/):
+megatron_gpt_model.py reads num_moe_experts, moe_router_topk, moe_grouped_gemm,
+moe_router_load_balancing_type and moe_aux_loss_coeff from the model config, and
+megatron_base_model.py build_transformer_config passes every other
+TransformerConfig field the config has (moe_ffn_hidden_size, moe_layer_freq,
+qk_layernorm, the dispatcher...) straight through. Its default layer spec
+(``te_gpt``) builds one layer kind for all layers and no Q/K norm, so MoE and
+QK-norm models ask for ``decoder_block_gpt`` (megatron-core
+get_gpt_decoder_block_spec: per-layer kinds and norms from the config). What
+NeMo 1 cannot build gets no file and a reason (``not_written_reason``).
 """
 
 from autoconfig.launch.spec import LaunchSpec
@@ -20,6 +31,14 @@ ADDED_KEYS = frozenset({
     "model.optim.grad_sync_dtype", "model.num_layers_in_first_pipeline_stage",
     "model.num_layers_in_last_pipeline_stage", "model.fp8_recipe",
     "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
+    "model.name", "model.qk_layernorm", "model.num_moe_experts", "model.moe_router_topk",
+    "model.moe_ffn_hidden_size", "model.moe_shared_expert_intermediate_size",
+    "model.moe_layer_freq", "model.moe_grouped_gemm", "model.moe_router_load_balancing_type",
+    "model.moe_aux_loss_coeff", "model.moe_router_score_function", "model.moe_router_pre_softmax",
+    "model.moe_router_enable_expert_bias", "model.moe_router_topk_scaling_factor",
+    "model.moe_router_num_groups", "model.moe_router_group_topk", "model.moe_router_dtype",
+    "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend",
+    "model.overlap_moe_expert_parallel_comm",
 })
 NEMO_TOKENIZERS = {
     # Megatron tokenizer type -> (library, type) of NeMo's tokenizer section.
@@ -27,6 +46,69 @@ NEMO_TOKENIZERS = {
     "HuggingFaceTokenizer": ("huggingface", None),
     "NullTokenizer": ("megatron", "GPT2BPETokenizer"),
 }
+
+
+def not_written_reason(spec: LaunchSpec) -> str | None:
+    """Why NeMo 1 cannot run this model or plan (None: it can)."""
+    m, p = spec.model, spec.plan
+    if m.attention_kind == "mla":
+        # megatron_base_model.py only swaps in MLATransformerConfig; no NeMo 1 config or
+        # layer spec builds MLA layers; NeMo's DeepSeek is NeMo 2 (llm/gpt/model/deepseek.py).
+        return ("no nemo_overrides.txt: NeMo 1 does not support multi-latent attention "
+                "(no NeMo 1 config or default layer spec builds it); use Megatron-LM or "
+                "Megatron-Bridge")
+    if m.mtp_layers:
+        return ("no nemo_overrides.txt: NeMo 1 builds no multi-token-prediction block "
+                "(megatron_gpt_model.py model_provider_func passes no mtp_block_spec)")
+    if spec.moe is not None and p.etp != p.tp:
+        return (f"no nemo_overrides.txt: the plan's expert tensor parallelism ({p.etp}) differs "
+                f"from TP ({p.tp}), and NeMo 1 initialises model parallelism without it "
+                "(megatron_init.py initialize_model_parallel_for_nemo: ETP = TP)")
+    return None
+
+
+def _experts(spec: LaunchSpec) -> dict[str, object]:
+    """Layer spec, attention extras and MoE keys (none for a dense GPT/Llama shape)."""
+    m, moe = spec.model, spec.moe
+    o: dict[str, object] = {}
+    if moe is not None or m.qk_norm:
+        o["model.name"] = "decoder_block_gpt"
+    if m.kv_channels:
+        o["model.kv_channels"] = m.kv_channels
+    if m.qk_norm:
+        o["model.qk_layernorm"] = True
+    if moe is None:
+        return o
+    r = moe.router
+    o.update({"model.expert_model_parallel_size": moe.ep,
+              "model.num_moe_experts": moe.num_experts, "model.moe_router_topk": moe.topk,
+              "model.moe_ffn_hidden_size": moe.ffn_hidden_size})
+    if moe.shared_ffn_hidden_size:
+        o["model.moe_shared_expert_intermediate_size"] = moe.shared_ffn_hidden_size
+    o.update({"model.moe_layer_freq": 1 if moe.every_layer
+              else "[" + ",".join(map(str, moe.layer_pattern)) + "]",
+              "model.moe_grouped_gemm": moe.grouped_gemm,
+              "model.moe_router_load_balancing_type": r.load_balancing_type,
+              "model.moe_aux_loss_coeff": r.aux_loss_coeff})
+    if r.score_function != "softmax":
+        o["model.moe_router_score_function"] = r.score_function
+    if r.pre_softmax:
+        o["model.moe_router_pre_softmax"] = True
+    if r.expert_bias:
+        o["model.moe_router_enable_expert_bias"] = True
+    if r.topk_scaling_factor:
+        o["model.moe_router_topk_scaling_factor"] = r.topk_scaling_factor
+    if r.num_groups:
+        o.update({"model.moe_router_num_groups": r.num_groups,
+                  "model.moe_router_group_topk": r.group_topk})
+    if moe.router_dtype:
+        o["model.moe_router_dtype"] = moe.router_dtype
+    o["model.moe_token_dispatcher_type"] = moe.dispatcher
+    if moe.flex_backend:
+        o["model.moe_flex_dispatcher_backend"] = moe.flex_backend
+    if moe.a2a_overlap:
+        o["model.overlap_moe_expert_parallel_comm"] = True
+    return o
 
 
 def _value(v) -> str:
@@ -68,6 +150,7 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     }
     if m.position_embedding == "rope":
         o["model.rotary_base"] = spec.family.rotary_base
+    o.update(_experts(spec))
     if spec.embedding_and_loss_split:
         o["model.account_for_embedding_in_pipeline_split"] = True
         o["model.account_for_loss_in_pipeline_split"] = True

@@ -22,18 +22,31 @@ P2P_CHUNK_BYTES = 2097152
 
 def environment(spec: LaunchSpec) -> list[tuple[str, str, str]]:
     """(variable, value, why) the job exports for this plan and stack."""
-    plan, gpu = spec.plan, spec.cluster.gpu.name
+    plan, gpu, moe = spec.plan, spec.cluster.gpu.name, spec.moe
     blackwell = gpu.startswith(("b200", "b300", "gb200", "gb300"))
+    a2a_overlap = moe is not None and moe.a2a_overlap
     if blackwell:
         connections = "32"
-    elif plan.tp > 1 or plan.cp > 1:
+    elif (plan.tp > 1 or plan.cp > 1) and not a2a_overlap:
         connections = "1"
     else:
-        connections = "8"
-    env = [("CUDA_DEVICE_MAX_CONNECTIONS", connections,
-            "one hardware queue keeps TP/CP communication ahead of the GEMMs it overlaps "
-            "(Megatron-LM asks for 1 with sequence parallelism; Megatron-Bridge "
-            "scripts/performance/utils/overrides.py: 1 for TP/CP > 1, 32 on Blackwell, else 8)")]
+        connections = "32" if moe is not None and moe.flex_backend else "8"
+    why = ("one hardware queue keeps TP/CP communication ahead of the GEMMs it overlaps "
+           "(Megatron-LM asks for 1 with sequence parallelism; Megatron-Bridge "
+           "scripts/performance/utils/overrides.py: 1 for TP/CP > 1, 32 on Blackwell, else 8)")
+    if moe is not None:
+        why = ("hardware queues: 1 keeps TP/CP communication ahead of the GEMMs it overlaps, "
+               "more let EP all-to-all overlap run beside compute (Megatron-Bridge "
+               "scripts/performance/utils/overrides.py: 1 for TP/CP > 1 without MoE A2A "
+               "overlap, 32 on Blackwell or with DeepEP/HybridEP, else 8; Megatron-LM "
+               "asks for 1 with TP/CP unless --overlap-moe-expert-parallel-comm)")
+    env = [("CUDA_DEVICE_MAX_CONNECTIONS", connections, why)]
+    if moe is not None and moe.flex_backend == "hybridep":
+        domain = 72 if gpu.startswith(("gb200", "gb300")) else spec.cluster.gpus_per_node
+        env.append(("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(plan.ep, domain)),
+                    "HybridEP's expert ranks per NVLink domain (Megatron-Bridge "
+                    "scripts/performance/utils/overrides.py: min(EP, 8) on H100/B200, EP on "
+                    "GB200/GB300 NVL72)"))
     if plan.pp > 1:
         env.append(("NCCL_P2P_NET_CHUNKSIZE", str(P2P_CHUNK_BYTES),
                     "larger pipeline send chunks across nodes (Megatron-Bridge performance "

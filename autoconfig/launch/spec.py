@@ -18,6 +18,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload, counts_embedding_and_loss, stage_layers
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import load_heuristics
+from autoconfig.launch.moe import MoeLaunch, MoeRouter, moe_launch
 from autoconfig.training.stack import (DEFAULT_STACK, LAUNCHED_FRAMEWORK, SoftwareFeatures,
                                        grad_reduce_dtype, load_stack)
 from autoconfig.yamlio import sourced_field
@@ -41,6 +42,12 @@ class FamilyLaunch:
     """``module:function`` of the Megatron-Bridge recipe the NeMo 2 file starts from."""
     placeholder: bool = False
     """True when the family is unknown: NullTokenizer with the plan's vocabulary."""
+    recipe_builds_model: bool = False
+    """The recipe builds exactly this model from its Hugging Face config (launch.yaml
+    ``moe_recipes``): bridge_recipe.py keeps the recipe's architecture (activation,
+    positions, norms, router) and sets shape, plan, stack and schedule."""
+    router: MoeRouter = MoeRouter()
+    """MoE routing and load balancing (launch.yaml ``moe_router``); unused when dense."""
 
 
 @dataclass(frozen=True)
@@ -204,15 +211,21 @@ class LaunchSpec:
             return "unfused"
         return "flash" if self.software.attention_kernel == "llm-foundry" else "fused"
 
+    @property
+    def moe(self) -> MoeLaunch | None:
+        """Experts, expert parallelism and dispatch (None for a dense model)."""
+        return moe_launch(self.model, self.plan, self.software, self.family.router)
+
     def describe(self) -> list[str]:
         """Comment lines shared by every target's header."""
         m, c = self.model, self.cluster
-        return [f"autoconfig: {m.name} on {c.nodes} x {c.gpus_per_node} {c.gpu.name}, "
-                f"stack {self.stack}",
-                f"hyper-parameters: {self.base_source}",
-                f"schedule: {self.train_samples} samples ({self.base.tokens:.4g} tokens), "
-                f"lr {self.base.lr:.4g} -> {self.base.min_lr:.4g} {self.base.lr_decay_style}, "
-                f"warm-up {self.warmup_samples} samples, decay {self.decay_samples} samples"]
+        lines = [f"autoconfig: {m.name} on {c.nodes} x {c.gpus_per_node} {c.gpu.name}, "
+                 f"stack {self.stack}",
+                 f"hyper-parameters: {self.base_source}",
+                 f"schedule: {self.train_samples} samples ({self.base.tokens:.4g} tokens), "
+                 f"lr {self.base.lr:.4g} -> {self.base.min_lr:.4g} {self.base.lr_decay_style}, "
+                 f"warm-up {self.warmup_samples} samples, decay {self.decay_samples} samples"]
+        return lines + ([self.moe.describe()] if self.moe else [])
 
 
 def vocab_divisor(tokenizer_vocab: int, plan_vocab: int, tp: int) -> int:
@@ -234,30 +247,56 @@ def _launch_data() -> dict:
 
 
 def family_launch(model: ModelSpec) -> FamilyLaunch:
-    """The family's tokenizer, RoPE base and recipe; a NullTokenizer placeholder
-    with the plan's vocabulary for families not in heuristics/launch.yaml."""
+    """The family's tokenizer, RoPE base, recipe and MoE router; a NullTokenizer
+    placeholder with the plan's vocabulary for families not in heuristics/launch.yaml."""
     data = _launch_data()
     where = "heuristics/launch.yaml"
     entry = (data.get("families") or {}).get(model.family)
-    recipe_entry = (data.get("recipes_by_model") or {}).get(model.name)
+    recipe, builds = _bridge_recipe(model, data, entry)
+    router = _router(model, data)
     if entry is None:
-        fallback, _ = sourced_field(data, "fallback_bridge_recipe", where)
         return FamilyLaunch(tokenizer_type="NullTokenizer", tokenizer_model="none",
                             tokenizer_vocab_size=model.vocab_size, rotary_base=10000,
-                            bridge_recipe=str(fallback), placeholder=True)
+                            bridge_recipe=recipe, placeholder=True,
+                            recipe_builds_model=builds, router=router)
     values = {key: sourced_field(entry, key, f"{where} families.{model.family}")[0]
               for key in ("tokenizer_type", "tokenizer_model", "tokenizer_vocab_size",
-                          "rotary_base", "bridge_recipe")}
-    if recipe_entry is not None:
-        values["bridge_recipe"] = sourced_field(data["recipes_by_model"], model.name, where)[0]
-    if ":" not in str(values["bridge_recipe"]):
-        raise CatalogError(f"{where}: bridge_recipe {values['bridge_recipe']!r} must be "
-                           "'module:function'")
+                          "rotary_base")}
     return FamilyLaunch(tokenizer_type=str(values["tokenizer_type"]),
                         tokenizer_model=str(values["tokenizer_model"]),
                         tokenizer_vocab_size=int(values["tokenizer_vocab_size"]),
                         rotary_base=int(values["rotary_base"]),
-                        bridge_recipe=str(values["bridge_recipe"]))
+                        bridge_recipe=recipe, recipe_builds_model=builds, router=router)
+
+
+def _bridge_recipe(model: ModelSpec, data: dict, family: dict | None) -> tuple[str, bool]:
+    """(``module:function``, whether it builds this very model): the model's own MoE
+    recipe, else (for a known family) the model's or the family's recipe, else
+    vanilla GPT."""
+    where = "heuristics/launch.yaml"
+    own = data.get("moe_recipes") or {}
+    if model.name in own:
+        recipe, builds = sourced_field(own, model.name, f"{where} moe_recipes")[0], True
+    elif family is not None and model.name in (data.get("recipes_by_model") or {}):
+        recipe, builds = sourced_field(data["recipes_by_model"], model.name, where)[0], False
+    elif family is not None:
+        recipe = sourced_field(family, "bridge_recipe", f"{where} families.{model.family}")[0]
+        builds = False
+    else:
+        recipe, builds = sourced_field(data, "fallback_bridge_recipe", where)[0], False
+    if ":" not in str(recipe):
+        raise CatalogError(f"{where}: bridge_recipe {recipe!r} must be 'module:function'")
+    return str(recipe), builds
+
+
+def _router(model: ModelSpec, data: dict) -> MoeRouter:
+    """The model's router (``moe_router`` by model name, then family, then default)."""
+    table = data.get("moe_router") or {}
+    key = next((k for k in (model.name, model.family) if k and k in table), "default")
+    if key not in table:
+        return MoeRouter()
+    value, source = sourced_field(table, key, "heuristics/launch.yaml moe_router")
+    return MoeRouter.from_mapping(dict(value), source, f"heuristics/launch.yaml moe_router.{key}")
 
 
 def launch_spec(model: ModelSpec, workload: Workload, plan: Plan, cluster: Cluster, *,

@@ -18,7 +18,7 @@ from autoconfig.atomic import write_atomic
 from autoconfig.core.model import total_params
 from autoconfig.core.plan import Plan, describe_plan, recompute_label
 from autoconfig.launch.files import (BRIDGE_NAME, MEGATRON_NAME, NEMO_NAME, SBATCH_NAME,
-                                     launch_document, launch_texts)
+                                     launch_document, launch_texts, not_written)
 from autoconfig.launch.spec import LaunchSpec, spec_from_result
 from autoconfig.training.search import SearchResult
 from autoconfig.training.space import R_MEMORY
@@ -188,22 +188,31 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
 
 
 def run_it_lines(spec: LaunchSpec) -> list[str]:
-    """The three ways to launch the winner (markdown)."""
+    """The three ways to launch the winner (markdown); a target that cannot run the
+    model says why instead."""
     if not spec.launchable:
         return [f"Hyper-parameters: {spec.base_source}.", "", spec.not_launchable_reason + ".", ""]
+    skip = not_written(spec)
     lines = [f"Hyper-parameters: {spec.base_source}.", "",
              f"Megatron-LM on SLURM (`{SBATCH_NAME}`; the arguments alone: `{MEGATRON_NAME}`):",
              "", "```bash",
              "DATA_PATH=/data/my_text_document MEGATRON_LM=/opt/megatron-lm sbatch "
              + SBATCH_NAME, "MOCK_DATA=1 sbatch " + SBATCH_NAME + "   # smoke test on synthetic data",
-             "```", "",
-             f"Megatron-Bridge / NeMo 2 (`{BRIDGE_NAME}`, from "
-             f"`{spec.family.bridge_recipe.replace(':', '.')}`):", "", "```bash",
-             f"torchrun --nproc-per-node {spec.cluster.gpus_per_node} {BRIDGE_NAME}   "
-             "# or: sbatch launch_bridge.sbatch", "```", "",
-             f"NeMo 1 (`{NEMO_NAME}`, against megatron_gpt_config.yaml):", "", "```bash",
-             f"mapfile -t O < <(grep -v '^#' {NEMO_NAME}) && python "
-             "examples/nlp/language_modeling/megatron_gpt_pretraining.py \"${O[@]}\"", "```", ""]
+             "```", ""]
+    if "bridge" in skip:
+        lines += [f"Megatron-Bridge / NeMo 2: {skip['bridge']}.", ""]
+    else:
+        lines += [f"Megatron-Bridge / NeMo 2 (`{BRIDGE_NAME}`, from "
+                  f"`{spec.family.bridge_recipe.replace(':', '.')}`):", "", "```bash",
+                  f"torchrun --nproc-per-node {spec.cluster.gpus_per_node} {BRIDGE_NAME}   "
+                  "# or: sbatch launch_bridge.sbatch", "```", ""]
+    if "nemo" in skip:
+        lines += [f"NeMo 1: {skip['nemo']}.", ""]
+    else:
+        lines += [f"NeMo 1 (`{NEMO_NAME}`, against megatron_gpt_config.yaml):", "", "```bash",
+                  f"mapfile -t O < <(grep -v '^#' {NEMO_NAME}) && python "
+                  "examples/nlp/language_modeling/megatron_gpt_pretraining.py \"${O[@]}\"",
+                  "```", ""]
     return lines
 
 
