@@ -100,10 +100,26 @@ def test_args_parse_and_match_the_plan(name, data):
     assert (ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size,
             ns.context_parallel_size, ns.micro_batch_size, ns.global_batch_size) == \
         (p.tp, p.pp, p.cp, p.mbs, w.global_batch_size)
-    assert (ns.num_virtual_stages_per_pipeline_rank or 1) == p.vp
     assert ns.num_layers_per_virtual_pipeline_stage is None
     assert ns.sequence_parallel == p.sp
-    if spec.embedding_and_loss_split:
+    if ns.pipeline_model_parallel_layout:
+        # megatron-core's own layout parser gives the plan's virtual stages and the
+        # decoder layers of every pipeline rank, and validates MTP and loss placement.
+        layouts = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+        layout = layouts.PipelineParallelLayerLayout.from_str(
+            ns.pipeline_model_parallel_layout, pipeline_model_parallel_size=p.pp)
+        assert ns.num_virtual_stages_per_pipeline_rank is None
+        assert (layout.virtual_pipeline_model_parallel_size or 1) == p.vp
+        per_rank = tuple(sum(t.name == "decoder" for chunk in rank for t in chunk)
+                         for rank in layout.layout)
+        assert per_rank == spec.stage_layers
+        layout.validate_layer_layout(m.num_layers, m.mtp_layers)
+        assert ns.decoder_last_pipeline_num_layers is None
+    else:
+        assert (ns.num_virtual_stages_per_pipeline_rank or 1) == p.vp
+    if ns.pipeline_model_parallel_layout:
+        pass
+    elif spec.embedding_and_loss_split:
         assert ns.account_for_embedding_in_pipeline_split and ns.account_for_loss_in_pipeline_split
         assert ns.decoder_first_pipeline_num_layers is None
         assert (m.num_layers + 2) // p.pp - 1 == p.first_stage_layers == p.last_stage_layers

@@ -358,7 +358,9 @@ def test_bridge_moe_values_match(name, monkeypatch):
     own = spec.family.recipe_builds_model
     assert own == (m.name in _launch_data()["moe_recipes"])
     if own:
-        assert model.pipeline_model_parallel_layout is None
+        # the recipe's own layout is replaced by the plan's (a layout only where
+        # the plan's split needs one)
+        assert model.pipeline_model_parallel_layout == spec.pipeline_layout
         assert not hasattr(model, "activation_func") and not hasattr(
             model, "moe_router_load_balancing_type")
     else:

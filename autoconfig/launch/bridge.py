@@ -117,6 +117,12 @@ def _split(spec: LaunchSpec) -> list[tuple[str, object]]:
     Kimi K2) or the embedding/loss accounting (Qwen3-235B): all of it is replaced."""
     p = spec.plan
     own = spec.family.recipe_builds_model
+    if spec.pipeline_layout is not None:
+        return [("model.pipeline_model_parallel_layout", spec.pipeline_layout),
+                ("model.num_layers_in_first_pipeline_stage", None),
+                ("model.num_layers_in_last_pipeline_stage", None),
+                ("model.account_for_embedding_in_pipeline_split", False),
+                ("model.account_for_loss_in_pipeline_split", False)]
     out = [("model.pipeline_model_parallel_layout", None)] if own else []
     if spec.embedding_and_loss_split:
         out += [("model.account_for_embedding_in_pipeline_split", True),

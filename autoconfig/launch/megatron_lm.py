@@ -118,11 +118,15 @@ def parallel_args(spec: LaunchSpec) -> list[str]:
     plan = spec.plan
     args = ["--tensor-model-parallel-size", str(plan.tp),
             "--pipeline-model-parallel-size", str(plan.pp)]
-    if plan.vp > 1:
+    layout = spec.pipeline_layout
+    if plan.vp > 1 and layout is None:
         # --num-virtual-stages-per-pipeline-rank (not --num-layers-per-virtual-pipeline-stage):
         # the only VP form Megatron accepts together with an uneven first/last stage.
         args += ["--num-virtual-stages-per-pipeline-rank", str(plan.vp)]
-    if spec.embedding_and_loss_split:
+    if layout is not None:
+        # The layout sets the virtual stages itself (Megatron allows one of the VP flags).
+        args += ["--pipeline-model-parallel-layout", layout]
+    elif spec.embedding_and_loss_split:
         # first = last = (L + 2)/pp - 1: Megatron's own form of this split, the one it
         # accepts with virtual stages when (L + 2) divides by pp x vp
         args += ["--account-for-embedding-in-pipeline-split",

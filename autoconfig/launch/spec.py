@@ -15,7 +15,8 @@ from functools import lru_cache
 from autoconfig.base.config import BaseConfig, base_for_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
-from autoconfig.core.plan import Plan, Workload, counts_embedding_and_loss, stage_layers
+from autoconfig.core.plan import (Plan, Workload, counts_embedding_and_loss,
+                                  is_short_last_layout, stage_layers)
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import load_heuristics
 from autoconfig.launch.moe import MoeLaunch, MoeRouter, moe_launch
@@ -128,6 +129,27 @@ class LaunchSpec:
     @property
     def stage_layers(self) -> tuple[int, ...]:
         return stage_layers(self.model.num_layers, self.plan)
+
+    @property
+    def pipeline_layout(self) -> str | None:
+        """Megatron's --pipeline-model-parallel-layout for a short-last-stage split
+        (``autoconfig.core.plan.short_last_stage_split``) run with virtual stages,
+        which --decoder-last-pipeline-num-layers cannot express (it
+        needs the last stage's layers divisible by vp, TransformerConfig
+        ``__post_init__`` "Uneven PP"): every model chunk c layers, the last one r
+        plus the MTP modules and the loss, the way Bridge writes DeepSeek-V3's
+        PP 4 VP 4 (``Et*4|(t*4|)*14tmL``). None otherwise."""
+        p, m = self.plan, self.model
+        if p.pp < 2 or p.vp < 2 or p.first_stage_layers or not p.last_stage_layers:
+            return None
+        if not bool(is_short_last_layout(m.num_layers, p.pp, p.vp, 0, p.last_stage_layers)):
+            return None
+        chunk = (m.num_layers - p.last_stage_layers) // ((p.pp - 1) * p.vp)
+        rest = p.last_stage_layers - (p.vp - 1) * chunk
+        stages = p.pp * p.vp
+        middle = f"(t*{chunk}|)*{stages - 2}" if stages > 2 else ""
+        last = ("t" if rest == 1 else f"t*{rest}") + "m" * m.mtp_layers + "L"
+        return f"Et*{chunk}|{middle}{last}"
 
     @property
     def embedding_and_loss_split(self) -> bool:
