@@ -47,7 +47,11 @@ def render_table(result: dict) -> str:
             ("fits", "yes" if result["fits"] else "NO")]
     rows += [(f"  memory: {k}", f"{v:.2f}") for k, v in result["memory_breakdown_gib"].items()]
     rows += [(f"  time: {k}", f"{v:.4f}") for k, v in result["time_breakdown_s"].items()]
-    return head + "\n\n" + tabulate(rows, tablefmt="plain")
+    note = ""
+    if result.get("not_modelled"):
+        note = (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (predicted as full "
+                "causal attention)")
+    return head + "\n\n" + tabulate(rows, tablefmt="plain") + note
 
 
 @click.command()

@@ -23,7 +23,8 @@ _MODEL_INTS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
 _MODEL_OPTIONAL_INTS = ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                         "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
                         "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
-                        "moe_first_dense_layers", "moe_layer_freq", "mtp_layers")
+                        "moe_first_dense_layers", "moe_layer_freq", "mtp_layers",
+                        "sliding_window")
 """Mixture-of-experts, multi-latent attention and head-width fields (``ModelSpec``)."""
 
 
@@ -102,6 +103,7 @@ def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
     return ModelSpec(
         attention_kind=str(data.get("attention_kind", "gqa")),
         qk_norm=bool(data.get("qk_norm", False)),
+        attention_sinks=bool(data.get("attention_sinks", False)),
         name=str(data.get("name", default_name)), **values,
         mlp_kind=str(data.get("mlp_kind", "gelu")),
         norm_kind=str(data.get("norm_kind", "layernorm")),

@@ -88,6 +88,11 @@ class ModelSpec:
     """Leading dense layers before the MoE layers (DeepSeek-V3: 3)."""
     moe_layer_freq: int = 1
     """After the leading dense layers every n-th layer is MoE (1: all of them)."""
+    attention_sinks: bool = False
+    """A learned sink logit per head in the attention softmax (GPT-OSS)."""
+    sliding_window: int = 0
+    """Tokens of the banded (sliding-window) attention every other layer uses
+    (GPT-OSS: 128); 0: full attention everywhere."""
     mtp_layers: int = 0
     """Multi-token-prediction modules after the last layer (DeepSeek-V3: 1),
     each one MoE layer plus its norms and a 2h x h projection; they share the
@@ -128,7 +133,7 @@ class ModelSpec:
         for field in ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                       "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
                       "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
-                      "moe_first_dense_layers", "mtp_layers"):
+                      "moe_first_dense_layers", "mtp_layers", "sliding_window"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"invalid {field} {value!r} for model {self.name!r}: "
@@ -184,6 +189,17 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def unmodelled(self) -> tuple[str, ...]:
+        """Features of the model the step-time model does not describe: its
+        predictions assume plain causal attention of the full sequence."""
+        out = []
+        if self.attention_sinks:
+            out.append("attention sinks")
+        if self.sliding_window:
+            out.append(f"{self.sliding_window}-token banded attention")
+        return tuple(out)
 
     @cached_property
     def layer_pattern(self) -> tuple[str, ...]:

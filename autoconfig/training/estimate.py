@@ -44,6 +44,7 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
         "gpu_memory_gib": float(usable_bytes(cluster.gpu)) / GIB,
         "time_breakdown_s": {name[:-2]: float(row[name]) for name in TIME_FIELDS},
         "memory_by_stage_gib": _stage_memory(model, workload, plan, software, recipe),
+        "not_modelled": list(model.unmodelled),
     }
 
 

@@ -76,6 +76,14 @@ class PerfConstants:
     every layer through DeepSpeed's per-layer activation checkpoint with its
     RNG-state save/restore). Frameworks absent here cost 0."""
 
+    moe_layer_overhead_s: float = 0.0
+    """Fixed seconds per MoE layer per micro-batch (forward, backward and a
+    recompute together): the all-to-all and flex dispatchers copy the per-rank
+    token counts to the host before sizing their buffers (megatron-core
+    ``token_dispatcher.py``: the split sizes go ``.tolist()``/``.cpu()``), which
+    drains the launch queue, so the GPU then waits for the launches of the rest
+    of the layer: about a hundred kernels at ~10 us each, forward and backward,
+    ~2 ms. Fitted (benchmarks/fit_perf.py) on the MoE rows."""
     attention_efficiency: dict = field(default_factory=dict)
     """Attention kernel -> generation -> fraction of the bf16 dense peak that the fused
     (flash) causal attention kernel reaches on the FLOPs it executes (causal half,
@@ -149,7 +157,8 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         raise CatalogError(f"{path}: missing mapping 'gemm_efficiency_max'")
     scalars = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup",
                "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
-               "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n")
+               "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n",
+               "moe_layer_overhead_s")
     overheads = data.get("layer_overhead_s") or {}
     attention = data.get("attention_efficiency") or {}
     if not all(isinstance(v, dict) and "value" not in v for v in attention.values()):
@@ -391,6 +400,7 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd)
     ep = 0.0
     if "ep_comm" in times:
+        fixed = fixed + layers * c.moe_layer_overhead_s
         # A recomputed MoE block dispatches and combines its tokens again.
         ep = _exposed_ep_comm(times["ep_comm"], layers, rc_layers + np.where(block, layers, 0.0),
                               3.0 * layer_fwd - 2.0 * attn + attn_bwd, sw.moe_a2a_overlap)

@@ -5,7 +5,7 @@ The free constants (``FREE``) are shared by every row, per GPU generation or
 per software stack, never per source: the large-GEMM efficiency of each
 generation, the elementwise-traffic factor, the FP8 GEMM speed-up (bounded by
 the datasheet ratio), the fixed per-layer cost of the Megatron-DeepSpeed and
-PyTorch-FSDP frameworks. (Attention efficiencies are cited kernel figures,
+PyTorch-FSDP frameworks, the fixed cost of an MoE layer's dispatch. (Attention efficiencies are cited kernel figures,
 not fitted: heuristics/perf.yaml.)
 The loss is the mean squared log ratio of predicted to measured figure,
 averaged per source and then over sources (so 216 llm-foundry rows do not
@@ -29,9 +29,10 @@ FREE: tuple[tuple[str, ...], ...] = (
     ("gemm_efficiency_max", "ampere"), ("gemm_efficiency_max", "hopper"),
     ("gemm_efficiency_max", "blackwell"), ("elementwise_traffic_factor",),
     ("fp8_gemm_speedup",), ("layer_overhead_s", "megatron-deepspeed"),
-    ("layer_overhead_s", "pytorch-fsdp"))
+    ("layer_overhead_s", "pytorch-fsdp"), ("moe_layer_overhead_s",))
 BOUNDS = {"gemm_efficiency_max": (0.05, 1.0), "elementwise_traffic_factor": (0.05, 5.0),
           "fp8_gemm_speedup": (1.0, 2.0), "layer_overhead_s": (0.0, 0.05),
+          "moe_layer_overhead_s": (0.0, 0.02),
           "attention_efficiency": (0.05, 1.0)}
 """fp8_gemm_speedup at most 2.0: the datasheet ratio of dense FP8 to BF16 peak (H100, B200)."""
 PREVIOUS_GENERATION = {"hopper": "ampere", "blackwell": "hopper"}
@@ -94,6 +95,8 @@ def informed(runs, key: tuple[str, ...]) -> bool:
         return any(r.workload.precision == "fp8" for r in runs)
     if name == "layer_overhead_s":
         return any(r.software.framework == key[1] for r in runs)
+    if name == "moe_layer_overhead_s":
+        return any(r.model.is_moe for r in runs)
     if name == "attention_efficiency":
         return any(r.software.flash_attention and r.software.attention_kernel == key[1]
                    and r.cluster.gpu.generation == key[2] for r in runs)
@@ -103,7 +106,7 @@ def informed(runs, key: tuple[str, ...]) -> bool:
 def prior(c: PerfConstants, key: tuple[str, ...], fitted: dict) -> float:
     """The value of a constant no row informs."""
     name = key[0]
-    if name == "layer_overhead_s":
+    if name in ("layer_overhead_s", "moe_layer_overhead_s"):
         return 0.0
     if name == "attention_efficiency":
         return float(c.attention_efficiency["fused"][key[2]])

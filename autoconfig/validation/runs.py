@@ -225,6 +225,8 @@ def row_to_run(row: dict) -> Run:
         if reason:
             return Run(**base, skip_reason=reason)
         raise
+    if model.unmodelled and not reason:
+        return Run(**base, skip_reason=f"{' and '.join(model.unmodelled)}: not modelled")
     precision = _precision(row["precision"])
     if precision == "fp8" and "FP8" != row["precision"].strip().upper():
         assumptions.append(f"{row['precision'].split(' ')[0]} as fp8")
