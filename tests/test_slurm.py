@@ -176,6 +176,29 @@ def test_real_worker_profiles_a_plan_on_slurm(slurm, tmp_path):
     assert (out / "profile_report.md").exists()
 
 
+def test_real_worker_profiles_an_expert_parallel_plan_on_slurm(slurm, tmp_path):
+    """tiny-moe with EP 2 on 2 SLURM tasks; the stack asks for DeepEP (CUDA only),
+    so the CPU job runs alltoall and its record says so."""
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    from autoconfig.training.stack import SoftwareFeatures
+
+    model = get_model("tiny-moe")
+    cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=2)
+    workload = Workload(global_batch_size=4, seq_len=model.seq_len)
+    plan = Plan(tp=1, pp=1, dp=2, ep=2)
+    options = ProfileOptions(profile=True, top_k=1, max_steps=1, warmup_steps=1,
+                             launch=LaunchOptions(executor="slurm", device="cpu", time_limit_min=5))
+    out = run_profiling([RankedPlan(plan, 0.01, 1e5, 1.0)], model, workload, cluster, options,
+                        tmp_path, echo=lambda text, err=False: None,
+                        software=SoftwareFeatures(moe_dispatcher="flex-deepep"))
+    [record] = store.load_records(out)
+    assert record["status"] == "ok", record["error"]
+    assert record["executor"] == "slurm" and record["world_size"] == 2 and record["ep"] == 2
+    assert record["step_time_s"] > 0 and record["peak_memory_bytes"] > 0
+    assert record["moe_dispatcher"] == "alltoall" and "flex-deepep needs CUDA" in record["run_notes"]
+
+
 def test_dry_run_prints_sbatch_scripts_without_submitting(tmp_path):
     model = get_model("tiny")
     cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=2, gpus_per_node=4)

@@ -1,5 +1,6 @@
 """The light parts of profiling: spec/result JSON round trips and the CPU proxy rule (no torch)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -95,6 +96,88 @@ def test_proxy_of_plans_differing_only_in_tp_pp_sp_recompute_is_the_same_model()
     (shape,) = shapes
     assert (shape.num_layers, shape.hidden_size, shape.num_heads, shape.vocab_size) == \
         (tiny.num_layers, tiny.hidden_size, tiny.num_heads, tiny.vocab_size)
+
+
+MOE_PLANS = [Plan(tp=tp, pp=pp, dp=dp, sp=tp > 1, ep=ep, etp=etp)
+             for tp in (1, 2, 4) for pp in (1, 2, 4) for dp in (1, 2, 4) for ep in (1, 2, 4, 16)
+             for etp in (1, 2) if (tp * dp) % (ep * etp) == 0]
+
+
+def _deepseek_like():
+    """DeepSeek-V3's MoE and MLA shape (arXiv 2412.19437), fewer layers."""
+    return dataclasses.replace(
+        get_model("tiny-moe"), name="deepseek-like", num_layers=61, hidden_size=7168,
+        num_heads=128, num_kv_heads=128, ffn_hidden_size=18432, vocab_size=129280,
+        attention_kind="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, num_experts=256, moe_topk=8,
+        moe_ffn_hidden_size=2048, moe_shared_expert_ffn_hidden_size=2048,
+        moe_first_dense_layers=3, mtp_layers=1)
+
+
+@pytest.mark.parametrize("model", [get_model("tiny-moe"), _deepseek_like()], ids=lambda m: m.name)
+def test_moe_proxy_stays_moe_and_fits_every_expert_layout(model):
+    workload = Workload(64, 4096)
+    for plan in MOE_PLANS:
+        proxy, _ = cpu_proxy(model, plan, workload)
+        assert proxy.is_moe and proxy.num_experts % plan.ep == 0 and proxy.num_experts <= 16
+        assert 1 <= proxy.moe_topk <= proxy.num_experts
+        assert proxy.moe_ffn_hidden_size % plan.etp == 0 and proxy.moe_ffn_hidden_size <= 128
+        assert bool(proxy.moe_shared_expert_ffn_hidden_size) == \
+            bool(model.moe_shared_expert_ffn_hidden_size)
+        assert proxy.moe_shared_expert_ffn_hidden_size % plan.tp == 0
+        assert "dense" in proxy.layer_pattern and "moe" in proxy.layer_pattern
+        assert proxy.attention_kind == model.attention_kind and proxy.kv_channels == 0
+        assert proxy.mtp_layers == model.mtp_layers
+    # tiny-moe's proxy is tiny-moe itself, whatever the expert layout
+    tiny = get_model("tiny-moe")
+    shapes = {cpu_proxy(tiny, plan, Workload(16, 128))[0] for plan in MOE_PLANS if plan.ep in (1, 2, 4) and plan.pp == 1}
+    assert len(shapes) == 1
+    assert dataclasses.replace(shapes.pop(), name="tiny-moe") == tiny
+
+
+def test_run_choices_name_what_a_cpu_run_changes():
+    """Pure: which dispatcher runs and the record's notes, no torch."""
+    from autoconfig.profiling.worker import run_choices
+
+    def choices(model, **kwargs):
+        return run_choices(ProfileSpec(model=model, workload=Workload(8, 128),
+                                       plan=Plan(1, 1, 2, ep=2), **kwargs))
+
+    tiny_moe = get_model("tiny-moe")
+    assert choices(get_model("tiny"), device="cpu") == ("", [])
+    for dispatcher in ("alltoall", "allgather"):
+        assert choices(tiny_moe, device="cpu", moe_dispatcher=dispatcher) == (dispatcher, [])
+        assert choices(tiny_moe, device="cuda", moe_dispatcher=dispatcher) == (dispatcher, [])
+    for flex in ("flex-deepep", "flex-hybridep"):
+        assert choices(tiny_moe, device="cuda", moe_dispatcher=flex) == (flex, [])
+        used, notes = run_choices(ProfileSpec(model=tiny_moe, workload=Workload(8, 128),
+                                              plan=Plan(1, 1, 2), device="cuda",
+                                              moe_dispatcher=flex))
+        assert used == "alltoall" and "needs TP x EP > 1" in notes[0]
+        used, notes = choices(tiny_moe, device="cpu", moe_dispatcher=flex)
+        assert used == "alltoall" and notes == [f"MoE dispatcher {flex} needs CUDA: ran "
+                                                "alltoall on CPU"]
+    used, notes = choices(_deepseek_like(), device="cpu", moe_dispatcher="allgather",
+                          moe_grouped_gemm=True)
+    assert used == "allgather" and len(notes) == 3
+    assert "grouped GEMM" in notes[0] and "grouped-query attention" in notes[1]
+    assert "multi-token-prediction" in notes[2]
+    with pytest.raises(InputError, match="MoE dispatcher"):
+        ProfileSpec(model=tiny_moe, workload=Workload(8, 128), plan=Plan(1, 1, 1), device="cpu",
+                    moe_dispatcher="deepep")
+
+
+def test_result_records_carry_the_dispatcher_and_notes():
+    from autoconfig.profiling.store import result_record
+
+    result = ProfileResult(plan=Plan(tp=1, pp=1, dp=2, ep=2), status="ok", device="cpu",
+                           world_size=2, step_time_s=0.2, iteration_times_s=(0.3, 0.2),
+                           tokens_per_s_per_gpu=1.0, model_tflops_per_gpu=0.1,
+                           peak_memory_bytes=1, losses=(7.0, 6.9), model_name="tiny-moe",
+                           moe_dispatcher="alltoall", run_notes="x")
+    assert ProfileResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    record = result_record(result)
+    assert (record["ep"], record["moe_dispatcher"], record["run_notes"]) == (2, "alltoall", "x")
 
 
 def test_light_modules_do_not_import_torch():

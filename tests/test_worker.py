@@ -109,6 +109,63 @@ def test_run_past_its_time_limit_returns_timeout():
     assert "1 s" in result.error
 
 
+MOE_REFERENCE = Plan(tp=1, pp=1, dp=2, ep=2)
+
+
+@pytest.fixture(scope="module")
+def moe_reference():
+    """tiny-moe with EP 2 on 2 CPU ranks through the alltoall dispatcher (~6 s)."""
+    return _run(MOE_REFERENCE, get_model("tiny-moe"), moe_dispatcher="alltoall")
+
+
+def _assert_moe_ok(result, plan, dispatcher):
+    _assert_ok(result, plan)
+    assert result.plan.ep == plan.ep and result.moe_dispatcher == dispatcher
+    assert result.model_name == "tiny-moe"
+
+
+def test_moe_expert_parallel_runs_for_real_and_records_its_dispatcher(moe_reference):
+    """EP 2 (alltoall, as the stack asked), and EP 4 where the stack asks for
+    DeepEP: CUDA only, so the CPU run uses alltoall and the record says so. The
+    experts are drawn by global index, so both start from the same weights."""
+    _assert_moe_ok(moe_reference, MOE_REFERENCE, "alltoall")
+    assert moe_reference.run_notes == ""
+    plan = Plan(tp=1, pp=1, dp=4, ep=4, distributed_optimizer=True)
+    result = _run(plan, get_model("tiny-moe"), moe_dispatcher="flex-deepep")
+    _assert_moe_ok(result, plan, "alltoall")
+    assert "flex-deepep needs CUDA: ran alltoall" in result.run_notes
+    _assert_same_losses(moe_reference, result, plan)
+
+
+def test_moe_allgather_with_tensor_and_expert_tensor_parallel_agrees(moe_reference):
+    """TP 2 + SP with EP 2 and ETP 2 through the allgather dispatcher: the same
+    function, so the same losses as EP 2 alone."""
+    plan = Plan(tp=2, pp=1, dp=2, sp=True, ep=2, etp=2)
+    result = _run(plan, get_model("tiny-moe"), moe_dispatcher="allgather")
+    _assert_moe_ok(result, plan, "allgather")
+    _assert_same_losses(moe_reference, result, plan)
+
+
+def test_mla_moe_proxy_runs_as_gqa_on_cpu_and_says_so():
+    """A DeepSeek-like shape (MLA, shared expert, MTP, grouped GEMM asked) through
+    cpu_proxy: MLA and grouped GEMM need TransformerEngine, MTP is not built;
+    the run goes ahead and the record names each change."""
+    deepseek_like = dataclasses.replace(
+        get_model("tiny-moe"), name="mla-moe", hidden_size=256, num_heads=8, num_kv_heads=8,
+        ffn_hidden_size=512, attention_kind="mla", q_lora_rank=96, kv_lora_rank=64,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, num_experts=16, moe_topk=4,
+        moe_ffn_hidden_size=128, moe_shared_expert_ffn_hidden_size=128, mtp_layers=1)
+    plan = Plan(tp=1, pp=1, dp=2, ep=2)
+    model, workload = cpu_proxy(deepseek_like, plan, Workload(8, 128))
+    assert model.attention_kind == "mla" and model.num_experts == 8
+    result = _run(plan, model, workload, moe_dispatcher="alltoall", moe_grouped_gemm=True)
+    _assert_ok(result, plan)
+    assert result.moe_dispatcher == "alltoall" and result.model_name == "mla-moe-cpu-proxy"
+    for words in ("multi-latent attention needs TransformerEngine", "grouped-query attention",
+                  "grouped GEMM needs TransformerEngine", "multi-token-prediction"):
+        assert words in result.run_notes
+
+
 @pytest.mark.gpu
 def test_cuda_run_records_allocator_peak():
     import torch

@@ -104,7 +104,7 @@ def search(**options) -> None:
     else:
         click.echo(render_search(result, inputs.top, files, spec))
     run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
-                  profiling, inputs.output_dir)
+                  profiling, inputs.output_dir, software=result.software)
 
 
 def _base_config(base: str | None):

@@ -133,20 +133,18 @@ def _build_model(spec: InferenceProfileSpec):
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
-                                                             get_num_layers_to_build)
     from autoconfig.profiling import worker as train_worker
 
     tspec = _training_spec(spec)
+    tspec = replace(tspec, model=train_worker.model_as_run(tspec))
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=spec.plan.tp,
                                              pipeline_model_parallel_size=spec.plan.pp)
     torch.manual_seed(spec.seed)
     model_parallel_cuda_manual_seed(spec.seed)
     config = train_worker._transformer_config(tspec)
-    te_spec = train_worker._transformer_engine_layer_spec() if spec.device == "cuda" else None
-    layer_spec, norm_cls = train_worker._layer_spec(tspec)
-    block = te_spec or TransformerBlockSubmodules(
-        layer_specs=[layer_spec] * get_num_layers_to_build(config), layer_norm=norm_cls)
+    if tspec.model.is_moe:
+        train_worker._define_missing_te_gemm()
+    block = train_worker._block_spec(tspec, config, None)
     model = GPTModel(config=config, transformer_layer_spec=block,
                      vocab_size=train_worker._padded_vocab(tspec),
                      max_sequence_length=spec.workload.total_len_tokens,

@@ -17,9 +17,24 @@ whenever the constraints allow it, so their losses stay comparable):
   real one capped at 4, rounded up to a multiple of ``pp`` with virtual stages
   (the interleaved schedule needs it), and at least ``pp`` so the pipeline fills.
 
+Mixture-of-experts models stay MoE, scaled the same way:
+
+- routed experts: ``min(model experts, 8)`` rounded up to a multiple of ``ep``;
+  top-k: the model's, at most the proxy's experts;
+- expert FFN: the model's expert-FFN/hidden ratio times the proxy hidden,
+  rounded up to ``etp``; shared experts likewise, rounded up to ``tp``;
+- leading dense layers: 1 if the model has any (and the proxy has more than
+  one layer), then every n-th layer MoE with the model's n (at most the
+  layers left), so the proxy has dense and MoE layers where the model does.
+
+Multi-latent attention keeps its kind with small ranks (latent 32, query
+rank 32 if the model has one, head dims 16 + 8 rope, values 16); the worker
+runs it where it can (not on CPU, see worker.py). The head width is the
+proxy's (``kv_channels`` dropped); Q/K norms and MTP modules are kept.
+
 MLP kind, norm, position embedding, biases and tying are kept. The plan itself
-(tp, pp, vp, cp, dp, sp, mbs, recompute, distributed optimizer) is unchanged.
-CPU figures measure the plan's structure, not GPU speed.
+(tp, pp, vp, cp, dp, sp, mbs, recompute, distributed optimizer, ep, etp) is
+unchanged. CPU figures measure the plan's structure, not GPU speed.
 """
 
 from dataclasses import replace
@@ -34,6 +49,9 @@ PROXY_HEAD_DIM = 16
 PROXY_MAX_VOCAB = 1024
 PROXY_MAX_SEQ = 128
 PROXY_MAX_MICROBATCHES = 4
+PROXY_MAX_EXPERTS = 8
+PROXY_MLA_RANK = 32
+PROXY_MLA_ROPE_DIM = 8
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -56,7 +74,8 @@ def cpu_proxy(model: ModelSpec, plan: Plan, workload: Workload) -> tuple[ModelSp
     proxy = replace(model, name=f"{model.name}-cpu-proxy", num_layers=layers, hidden_size=hidden,
                     num_heads=heads, num_kv_heads=kv_heads, ffn_hidden_size=ffn,
                     vocab_size=round_up(min(model.vocab_size, PROXY_MAX_VOCAB), plan.tp),
-                    seq_len=seq)
+                    seq_len=seq, kv_channels=0, **_moe_fields(model, plan, hidden, layers),
+                    **_mla_fields(model))
     return proxy, Workload(global_batch_size=plan.mbs * plan.dp * _microbatches(plan, workload),
                            seq_len=seq, precision=workload.precision)
 
@@ -65,3 +84,31 @@ def _microbatches(plan: Plan, workload: Workload) -> int:
     real = max(1, workload.global_batch_size // (plan.mbs * plan.dp))
     count = max(min(real, PROXY_MAX_MICROBATCHES), plan.pp)
     return round_up(count, plan.pp) if plan.vp > 1 else count
+
+
+def _scaled_width(width: int, model: ModelSpec, hidden: int, multiple: int) -> int:
+    """``width`` at the proxy's hidden size, keeping its ratio to the model's hidden."""
+    return round_up(max(1, round(width / model.hidden_size * hidden)), multiple)
+
+
+def _moe_fields(model: ModelSpec, plan: Plan, hidden: int, layers: int) -> dict:
+    if not model.is_moe:
+        return {}
+    experts = round_up(min(model.num_experts, PROXY_MAX_EXPERTS), plan.ep)
+    first_dense = min(model.moe_first_dense_layers, 1) if layers > 1 else 0
+    shared = model.moe_shared_expert_ffn_hidden_size
+    return {"num_experts": experts, "moe_topk": min(model.moe_topk, experts),
+            "moe_ffn_hidden_size": _scaled_width(model.moe_ffn_hidden_size, model, hidden,
+                                                 plan.etp),
+            "moe_shared_expert_ffn_hidden_size":
+                _scaled_width(shared, model, hidden, plan.tp) if shared else 0,
+            "moe_first_dense_layers": first_dense,
+            "moe_layer_freq": min(model.moe_layer_freq, layers - first_dense)}
+
+
+def _mla_fields(model: ModelSpec) -> dict:
+    if model.attention_kind != "mla":
+        return {}
+    return {"q_lora_rank": PROXY_MLA_RANK if model.q_lora_rank else 0,
+            "kv_lora_rank": PROXY_MLA_RANK, "qk_nope_head_dim": PROXY_HEAD_DIM,
+            "qk_rope_head_dim": PROXY_MLA_ROPE_DIM, "v_head_dim": PROXY_HEAD_DIM}

@@ -77,7 +77,7 @@ _COLUMNS = ["predicted_rank", "plan", *PLAN_FIELDS, "status", "device", "world_s
             "step_time_s", "predicted_step_time_s", "step_time_error_pct",
             "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "tokens_error_pct",
             "model_tflops_per_gpu", "peak_memory_gib", "predicted_memory_gib",
-            "first_loss", "error"]
+            "first_loss", "moe_dispatcher", "run_notes", "error"]
 
 
 def _row(plan: Plan, result: dict, pred: dict) -> dict:
@@ -102,6 +102,8 @@ def _row(plan: Plan, result: dict, pred: dict) -> dict:
         peak_memory_gib=None if peak is None else peak / GIB,
         predicted_memory_gib=_num(pred.get("predicted_memory_gib")),
         first_loss=_num(losses[0]) if isinstance(losses, list) and losses else None,
+        moe_dispatcher=_text(result.get("moe_dispatcher")),
+        run_notes=_text(result.get("run_notes")),
         error=_one_line(result.get("error") or ""),
     )
     return row
@@ -143,6 +145,16 @@ def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
         lines += [f"Fastest measured: **{best['plan']}**"
                   + (f" (predicted rank {int(best['predicted_rank'])})."
                      if pd.notna(best["predicted_rank"]) else "."), ""]
+    ran = table[table["status"] != "not run"]
+    changed = ran[ran["run_notes"].astype(str).str.strip() != ""]
+    if len(ran) and (ran["moe_dispatcher"].astype(str).str.strip() != "").any():
+        used = ", ".join(sorted({str(d) for d in ran["moe_dispatcher"] if str(d).strip()}))
+        lines += [f"MoE token dispatcher run: {used}.", ""]
+    if len(changed):
+        lines += ["## What the runs changed", "", "| plan | change |", "|---|---|"]
+        for _, r in changed.iterrows():
+            lines.append(f"| {r['plan']} | {_md(r['run_notes'])} |")
+        lines.append("")
     if len(failed):
         lines += ["## Failures", "", "| plan | status | reason |", "|---|---|---|"]
         for _, r in failed.iterrows():
@@ -192,6 +204,13 @@ def _num(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if np.isnan(out) else out
+
+
+def _text(value) -> str:
+    """A record's text field; absent (older records) or NaN (a CSV cell) is empty."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    return str(value)
 
 
 def _truthy(value) -> bool:

@@ -3,8 +3,9 @@
 Profiling only the top of the prediction would re-measure near-identical
 layouts and could never reveal that the model mis-ranks an axis. So after the
 predicted best, plans are added greedily by how many not-yet-covered axis
-values they bring (set cover's greedy rule), the main axes first (TP, PP, SP,
-recompute), then the others (VP, CP, micro-batch, distributed optimizer), ties
+values they bring (set cover's greedy rule), the main axes first (TP, PP, EP,
+SP, recompute), then the others (VP, CP, ETP, micro-batch, distributed
+optimizer; EP and ETP are 1 for dense models), ties
 broken by predicted rank. Once every value present in the candidates is
 covered, the remaining picks follow the predicted ranking.
 """
@@ -14,8 +15,8 @@ from typing import Sequence
 from autoconfig.errors import InputError
 from autoconfig.core.plan import Plan
 
-PRIMARY_AXES = ("tp", "pp", "sp", "recompute")
-SECONDARY_AXES = ("vp", "cp", "mbs", "distributed_optimizer")
+PRIMARY_AXES = ("tp", "pp", "ep", "sp", "recompute")
+SECONDARY_AXES = ("vp", "cp", "etp", "mbs", "distributed_optimizer")
 DEFAULT_TOP_K = 6
 
 

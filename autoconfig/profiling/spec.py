@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from autoconfig.errors import InputError
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload
+from autoconfig.training.stack import MOE_DISPATCHERS
 
 DEVICES = ("cuda", "cpu")
 STATUSES = ("ok", "oom", "timeout", "error", "cancelled", "node_fail")
@@ -32,6 +33,11 @@ class ProfileSpec:
     seed: int = 1234
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
+    moe_dispatcher: str = "allgather"
+    """MoE models: the token dispatcher the stack runs (``stack.MOE_DISPATCHERS``); the
+    worker runs it on GPUs and, on CPU, falls back to one that runs there."""
+    moe_grouped_gemm: bool = False
+    """MoE models: the stack's grouped GEMM (TransformerEngine's, GPUs only)."""
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -40,6 +46,9 @@ class ProfileSpec:
             raise InputError(f"invalid warmup steps {self.warmup_steps}: must be >= 0")
         if self.timed_steps < 1:
             raise InputError(f"invalid timed steps {self.timed_steps}: must be >= 1")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise InputError(f"invalid MoE dispatcher {self.moe_dispatcher!r}: allowed are "
+                             f"{', '.join(MOE_DISPATCHERS)}")
 
     @property
     def world_size(self) -> int:
@@ -79,6 +88,12 @@ class ProfileResult:
     error: str = ""
     """Tail of the error when status is not ok."""
     model_name: str = ""
+    moe_dispatcher: str = ""
+    """MoE models: the token dispatcher that actually ran (on CPU it may differ from
+    the stack's, see ``run_notes``); empty for dense models."""
+    run_notes: str = ""
+    """What the run changed from the plan's stack or model, in words (a CPU
+    dispatcher fallback, multi-latent attention run as GQA...); empty if nothing."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

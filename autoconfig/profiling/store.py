@@ -39,7 +39,7 @@ come from outside the plan, so a resumed sweep runs those plans again."""
 
 RESULT_FIELDS = ("status", "device", "world_size", "step_time_s", "iteration_times_s",
                  "tokens_per_s_per_gpu", "model_tflops_per_gpu", "peak_memory_bytes",
-                 "losses", "error", "model_name")
+                 "losses", "error", "model_name", "moe_dispatcher", "run_notes")
 
 
 def plan_key(plan: Plan) -> tuple:

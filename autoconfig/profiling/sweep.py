@@ -118,11 +118,13 @@ def ranked_from_search(result) -> list[RankedPlan]:
 
 
 def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, options: ProfileOptions,
-                  out_dir: Path, echo=click.echo) -> Path | None:
+                  out_dir: Path, echo=click.echo, software=None) -> Path | None:
     """Select, launch, store and report. Returns the results directory (None on
     --dry-run). The caller has run ``check_options`` (before its search); bad
     input raises before anything is written. Raises ProfilingError when no
-    profiled plan succeeded."""
+    profiled plan succeeded. ``software`` (the search's SoftwareFeatures;
+    default: megatron-core's own defaults) says how MoE layers run: its token
+    dispatcher and grouped GEMM (the worker records what actually ran)."""
     if not options.profile:
         return None
     ranked = list(ranked)
@@ -131,7 +133,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     selected = select_plans([r.plan for r in ranked], options.top_k)
     lopts = dataclasses.replace(options.launch, gpus_per_node=cluster.gpus_per_node,
                                 nodes=cluster.nodes)
-    specs = [_spec(model, workload, plan, options) for plan in selected]
+    specs = [_spec(model, workload, plan, options, software) for plan in selected]
     results_dir = Path(options.resume) if options.resume else Path(out_dir) / PROFILE_SUBDIR
     if options.resume and not (results_dir / store.PLANS_FILE).exists():
         raise InputError(f"invalid --resume {options.resume}: no {store.PLANS_FILE} there "
@@ -224,16 +226,20 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _spec(model, workload, plan: Plan, options: ProfileOptions):
+def _spec(model, workload, plan: Plan, options: ProfileOptions, software=None):
     from autoconfig.profiling.spec import ProfileSpec
+    from autoconfig.training.stack import SoftwareFeatures
 
+    software = software or SoftwareFeatures()
     run_model, run_workload = model, workload
     if options.device == "cpu":
         from autoconfig.profiling.proxy import cpu_proxy
 
         run_model, run_workload = cpu_proxy(model, plan, workload)
     return ProfileSpec(model=run_model, workload=run_workload, plan=plan, device=options.device,
-                       warmup_steps=options.warmup_steps, timed_steps=options.max_steps)
+                       warmup_steps=options.warmup_steps, timed_steps=options.max_steps,
+                       moe_dispatcher=software.moe_dispatcher,
+                       moe_grouped_gemm=software.moe_grouped_gemm)
 
 
 def _plans_table(ranked: Sequence[RankedPlan], selected: Sequence[Plan], results_dir: Path

@@ -16,12 +16,66 @@ inside functions, so the CLI stays light. One process per rank:
 Weights are re-drawn after construction from (seed, global parameter name) on
 the full unsharded shape and then sharded, so every layout of the same model
 starts from the same weights and the first losses of plans agree.
+
+Mixture-of-experts models: the layer pattern (leading dense layers, then every
+n-th layer MoE) becomes megatron-core's ``moe_layer_freq`` list; routed experts,
+top-k, expert FFN and shared experts from the ModelSpec; EP and ETP go to
+``initialize_model_parallel``; dropless routing, aux-loss coefficient 0 and
+no fusions (Megatron-LM's defaults). On GPUs the stack's token dispatcher and
+grouped GEMM run as asked; on CPU see below. The record says which dispatcher
+ran (``moe_dispatcher``) and what the run changed (``run_notes``).
+
+MoE on CPU with gloo: what was run and found (torch 2.13.0 CPU, megatron-core
+0.16.1, checked 2026-11-24; the tiny-moe model, 4 layers with 1 leading dense, 8
+experts top-2, SequentialMLP experts; 4 CPU processes; forward and backward
+and Adam steps, 1 warm-up + 2 timed):
+
+- Both dispatchers need one fix that is not about CPU: megatron-core 0.16.1's
+  router reads ``te_general_gemm``, defined only when TransformerEngine
+  imports, so without TE every MoE forward raised "NameError: name
+  'te_general_gemm' is not defined" (moe_utils.py RouterGatingLinearFunction;
+  also on GPUs without TE). ``_define_missing_te_gemm`` defines it as None.
+- ``allgather``: then ran as is. OK with EP 2 and 4 at TP 1 (DP 4), EP 2 and
+  4 at TP 2 + SP (DP 2), EP 2 with ETP 2, PP 2 with EP 2 and full recompute,
+  selective recompute; also EP 2 on 2 processes.
+- ``alltoall``: failed on CPU three ways, each bridged in cpu_bridge.py (5-7):
+  (1) its constructor makes a CUDA stream for device-to-host copies:
+  "RuntimeError: torch.cuda.Stream requires CUDA support when instantiating
+  MoELayer"; (2) with that bridged, its split sizes stay tensors (its helper
+  converts only CUDA tensors to numpy) and gloo refused them: "TypeError:
+  all_to_all_single(): incompatible function arguments"; (3) with ETP 2 it
+  gathers unequal token counts over the expert-TP group, which gloo refuses:
+  "RuntimeError: ProcessGroupGloo::allgather: invalid tensor size at index 1
+  (expected (139, 64), got (137, 64))". Bridged, it ran every configuration
+  allgather ran, plus the distributed optimizer with EP 4.
+- ``flex`` (DeepEP, HybridEP): CUDA-only kernels; "ImportError: DeepEP is not
+  installed" / "HybridEP is not installed" when the MoE layer is built. On
+  CPU the worker runs ``alltoall`` instead and notes it in the record.
+- Losses: with the same seed and data every EP/ETP/TP/SP/PP layout and both
+  dispatchers gave the same losses to ~1e-7 (6.947952, 6.855896, 6.776492).
+- MoE with TP > 1 and no sequence parallelism: megatron-core itself refuses it
+  in the forward ("ValueError: During training, performance may degrade if
+  MoE and tensor parallelism are enabled without also enabling sequence
+  parallelism"), on any device; the plan search never proposes it.
+- Grouped GEMM needs TransformerEngine (CUDA): on CPU the experts run one after
+  another (SequentialMLP); a stack asking for it gets a note.
+- Multi-latent attention does not run on CPU: megatron-core's local spec gives
+  MLASelfAttention the local DotProductAttention, which does not take MLA's
+  key/value widths ("TypeError: DotProductAttention.__init__() got an
+  unexpected keyword argument 'k_channels' when instantiating
+  DotProductAttention when instantiating MLASelfAttention"); it needs
+  TransformerEngine's attention. On CPU (and on GPUs without TE) an MLA model
+  runs grouped-query attention with the same heads, and the record says so.
+- Multi-token-prediction modules are not built (noted in the record).
 """
 
 import argparse
 import contextlib
+import dataclasses
+import functools
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -39,6 +93,14 @@ VOCAB_PAD_MULTIPLE = 128
 """Megatron-LM pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by)."""
 INIT_METHOD_STD = 0.02
 ADAM_LR = 1e-3
+CPU_MOE_DISPATCHERS = ("alltoall", "allgather")
+"""MoE token dispatchers that run on CPU with gloo (module doc); the first is the fallback."""
+CPU_RUNS_MLA = False
+"""megatron-core's multi-latent attention needs TransformerEngine's attention (module doc):
+on CPU an MLA model's proxy runs grouped-query attention, and its record says so."""
+MCORE_DISPATCHERS = {"allgather": ("allgather", None), "alltoall": ("alltoall", None),
+                     "flex-deepep": ("flex", "deepep"), "flex-hybridep": ("flex", "hybridep")}
+"""stack.MOE_DISPATCHERS -> megatron-core (moe_token_dispatcher_type, moe_flex_dispatcher_backend)."""
 
 
 # ---------------------------------------------------------------- one rank
@@ -59,7 +121,8 @@ def run_task(spec: ProfileSpec) -> ProfileResult | None:
     finally:
         _teardown()
     if result is not None and (rank == 0 or result.status != "ok"):
-        return result
+        dispatcher, notes = run_choices(spec)
+        return dataclasses.replace(result, moe_dispatcher=dispatcher, run_notes="; ".join(notes))
     return None
 
 
@@ -132,15 +195,19 @@ def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
+    spec = dataclasses.replace(spec, model=model_as_run(spec))
     plan = spec.plan
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
         virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
-        context_parallel_size=plan.cp)
+        context_parallel_size=plan.cp, expert_model_parallel_size=plan.ep,
+        expert_tensor_parallel_size=plan.etp)
     torch.manual_seed(spec.seed)
     model_parallel_cuda_manual_seed(spec.seed)
 
     config = _transformer_config(spec)
+    if spec.model.is_moe:
+        _define_missing_te_gemm()
     chunks = _build_model(spec, config)
     optimizer = _build_optimizer(spec, config, chunks)
     microbatches = _microbatches_of_this_rank(spec)
@@ -152,6 +219,63 @@ def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
         step_times.append(seconds)
         losses.append(loss_sum_and_tokens)
     return _aggregate(spec, world_size, step_times, losses)
+
+
+def model_as_run(spec: ProfileSpec):
+    """The model the worker builds: ``spec.model`` less what this device cannot run
+    (multi-latent attention without TransformerEngine becomes grouped-query
+    attention with the same heads) and less multi-token prediction (not built).
+    ``run_choices`` says so in the record."""
+    m, changes = spec.model, {}
+    if m.attention_kind == "mla" and not _mla_runs_here(spec):
+        changes.update(attention_kind="gqa", q_lora_rank=0, kv_lora_rank=0, qk_nope_head_dim=0,
+                       qk_rope_head_dim=0, v_head_dim=0)
+    if m.mtp_layers:
+        changes["mtp_layers"] = 0
+    return dataclasses.replace(m, **changes) if changes else m
+
+
+def run_choices(spec: ProfileSpec) -> tuple[str, list[str]]:
+    """(the MoE token dispatcher that runs, "" for a dense model; what the run
+    changes from the plan's stack or model, in words, for the record).
+
+    On GPUs the stack's dispatcher and grouped GEMM run as asked (grouped GEMM
+    needs TransformerEngine; flex needs TP x EP > 1, else alltoall). On CPU a
+    dispatcher that needs CUDA (flex: DeepEP/HybridEP) is replaced by the first
+    of ``CPU_MOE_DISPATCHERS``, and the experts run one after another
+    (SequentialMLP).
+    """
+    m, notes, dispatcher = spec.model, [], ""
+    if m.is_moe:
+        dispatcher = spec.moe_dispatcher
+        if dispatcher.startswith("flex") and spec.plan.tp * spec.plan.ep == 1:
+            # megatron-core asserts "Flex token dispatcher requires TPxEP > 1"
+            dispatcher = "alltoall"
+            notes.append(f"MoE dispatcher {spec.moe_dispatcher} needs TP x EP > 1: ran "
+                         "alltoall (no tokens leave the rank)")
+        elif spec.device == "cpu" and dispatcher not in CPU_MOE_DISPATCHERS:
+            dispatcher = CPU_MOE_DISPATCHERS[0]
+            notes.append(f"MoE dispatcher {spec.moe_dispatcher} needs CUDA: ran {dispatcher} "
+                         "on CPU")
+        if spec.moe_grouped_gemm and not _grouped_gemm_runs_here(spec):
+            notes.append("grouped GEMM needs TransformerEngine on CUDA: ran the experts one "
+                         "after another (SequentialMLP)")
+    if m.attention_kind == "mla" and not _mla_runs_here(spec):
+        notes.append("multi-latent attention needs TransformerEngine on CUDA: ran grouped-query "
+                     "attention with the same heads")
+    if m.mtp_layers:
+        notes.append(f"the {m.mtp_layers} multi-token-prediction module(s) were not built")
+    return dispatcher, notes
+
+
+def _mla_runs_here(spec: ProfileSpec) -> bool:
+    if spec.device == "cpu":
+        return CPU_RUNS_MLA
+    return _has_transformer_engine()
+
+
+def _grouped_gemm_runs_here(spec: ProfileSpec) -> bool:
+    return spec.device == "cuda" and _has_transformer_engine()
 
 
 # ---------------------------------------------------------------- model
@@ -198,8 +322,20 @@ def _transformer_config(spec: ProfileSpec):
         recompute = {"recompute_granularity": "full", "recompute_method": plan.recompute_method,
                      "recompute_num_layers": count}
     gated = m.mlp_kind == "swiglu"
-    return TransformerConfig(
-        **_stage_split(m.num_layers, plan),
+    config_class, attention = TransformerConfig, {}
+    if m.attention_kind == "mla":   # model_as_run: only where it runs
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        config_class = MLATransformerConfig
+        attention = {"q_lora_rank": m.q_lora_rank or None, "kv_lora_rank": m.kv_lora_rank,
+                     "qk_head_dim": m.qk_nope_head_dim, "qk_pos_emb_head_dim": m.qk_rope_head_dim,
+                     "v_head_dim": m.v_head_dim, "rope_type": "rope",
+                     # MLA's latent norms (Megatron-LM runs DeepSeek with --qk-layernorm)
+                     "qk_layernorm": True}
+    else:
+        attention = {"kv_channels": m.kv_channels or None, "qk_layernorm": m.qk_norm}
+    return config_class(
+        **_stage_split(m.num_layers, plan), **attention, **_moe_config(spec),
         num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
         num_query_groups=m.num_kv_heads, ffn_hidden_size=m.ffn_hidden_size,
         tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
@@ -223,30 +359,91 @@ def _transformer_config(spec: ProfileSpec):
         persist_layer_norm=False, **recompute)
 
 
-def _layer_spec(spec: ProfileSpec):
-    """Local (non-TransformerEngine) GPT layer with a norm that supports sequence parallel."""
-    from dataclasses import replace
+def _moe_config(spec: ProfileSpec) -> dict:
+    """TransformerConfig fields of an MoE model: experts, router, dispatcher, EP/ETP."""
+    m, plan = spec.model, spec.plan
+    if not m.is_moe:
+        return {}
+    dispatcher, _ = run_choices(spec)
+    dispatcher_type, backend = MCORE_DISPATCHERS[dispatcher]
+    return {
+        "num_moe_experts": m.num_experts, "moe_router_topk": m.moe_topk,
+        "moe_ffn_hidden_size": m.moe_ffn_hidden_size,
+        "moe_shared_expert_intermediate_size": m.moe_shared_expert_ffn_hidden_size or None,
+        # One entry per layer: 1 MoE, 0 dense (leading dense layers, then every n-th).
+        "moe_layer_freq": [int(layer == "moe") for layer in m.layer_pattern],
+        "moe_token_dispatcher_type": dispatcher_type,
+        **({"moe_flex_dispatcher_backend": backend} if backend else {}),
+        "moe_grouped_gemm": spec.moe_grouped_gemm and _grouped_gemm_runs_here(spec),
+        "expert_model_parallel_size": plan.ep, "expert_tensor_parallel_size": plan.etp,
+        # Megatron-LM's defaults: dropless, no capacity factor, aux loss coefficient 0.
+        "moe_router_load_balancing_type": "aux_loss", "moe_aux_loss_coeff": 0.0,
+        "moe_permute_fusion": False, "moe_router_fusion": False,
+    }
 
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    norm_cls = _sequence_parallel_norm_class()
-    layer = get_gpt_layer_local_spec(
-        normalization="RMSNorm" if spec.model.norm_kind == "rmsnorm" else "LayerNorm")
-    submodules = replace(layer.submodules, input_layernorm=norm_cls, pre_mlp_layernorm=norm_cls)
-    return replace(layer, submodules=submodules), norm_cls
+def _define_missing_te_gemm() -> None:
+    """megatron-core 0.16.1's MoE router reads ``te_general_gemm``, which its
+    moe_utils module defines only when TransformerEngine imports: without TE
+    every MoE forward raises NameError. Define it as None (the plain torch.mm
+    path the router falls back to) when TE is absent."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
 
 
-def _transformer_engine_layer_spec():
-    """On GPUs with TransformerEngine installed, its layer spec (fused norms, flash
-    attention), as real Megatron-LM runs use; None without it (local spec, unfused
-    attention: slower and more memory than a production run)."""
+def _block_spec(spec: ProfileSpec, config, vp_stage):
+    """The layers of one (virtual) pipeline stage, dense or MoE per ``moe_layer_freq``.
+
+    On GPUs with TransformerEngine installed its specs (fused norms, flash
+    attention, grouped GEMM experts when asked), as real Megatron-LM runs use.
+    Else megatron-core's local specs (unfused attention: slower and more memory
+    than a production run) with torch norms that support sequence parallel.
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    if spec.device == "cuda" and _has_transformer_engine():
+        return get_gpt_decoder_block_spec(config, use_transformer_engine=True, vp_stage=vp_stage)
+    block = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False,
+        normalization="RMSNorm" if spec.model.norm_kind == "rmsnorm" else "LayerNorm",
+        vp_stage=vp_stage)
+    return _with_norm(block, _local_norm_classes(), _sequence_parallel_norm_class())
+
+
+@functools.lru_cache(maxsize=None)
+def _has_transformer_engine() -> bool:
     try:
         import transformer_engine  # noqa: F401
-        from megatron.core.models.gpt.gpt_layer_specs import (
-            get_gpt_layer_with_transformer_engine_spec)
     except ImportError:
-        return None
-    return get_gpt_layer_with_transformer_engine_spec()
+        return False
+    return True
+
+
+def _local_norm_classes() -> tuple:
+    from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    return tuple({WrappedTorchNorm, getattr(gpt_layer_specs, "LNImpl", WrappedTorchNorm)})
+
+
+def _with_norm(node, old: tuple, new):
+    """``node`` (a spec, submodules dataclass or list of them) with every norm
+    class in ``old`` replaced by ``new``: layer norms, the final norm, Q/K norms."""
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    if isinstance(node, type):
+        return new if node in old else node
+    if isinstance(node, ModuleSpec):
+        return dataclasses.replace(node, module=_with_norm(node.module, old, new),
+                                   submodules=_with_norm(node.submodules, old, new))
+    if isinstance(node, (list, tuple)):
+        return type(node)(_with_norm(item, old, new) for item in node)
+    if dataclasses.is_dataclass(node):
+        return dataclasses.replace(node, **{f.name: _with_norm(getattr(node, f.name), old, new)
+                                            for f in dataclasses.fields(node) if f.init})
+    return node
 
 
 def _sequence_parallel_norm_class():
@@ -285,18 +482,12 @@ def _build_model(spec: ProfileSpec, config) -> list:
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.module import Float16Module
-    from megatron.core.transformer.transformer_block import (
-        TransformerBlockSubmodules, get_num_layers_to_build)
 
     m, plan = spec.model, spec.plan
-    te_spec = _transformer_engine_layer_spec() if spec.device == "cuda" else None
-    layer_spec, norm_cls = _layer_spec(spec)
     chunks = []
     for vp_stage in range(plan.vp):
         stage = vp_stage if plan.vp > 1 else None
-        block = te_spec or TransformerBlockSubmodules(
-            layer_specs=[layer_spec] * get_num_layers_to_build(config, vp_stage=stage),
-            layer_norm=norm_cls)
+        block = _block_spec(spec, config, stage)
         model = GPTModel(
             config=config, transformer_layer_spec=block, vocab_size=_padded_vocab(spec),
             max_sequence_length=spec.workload.seq_len,
@@ -329,49 +520,69 @@ def _redraw_weights(spec: ProfileSpec, config, model, vp_stage) -> None:
 
     Megatron's own init depends on the layout (each pipeline stage starts from
     the same RNG state), so PP1 and PP2 would start from different weights.
-    Vectors (norm weights, biases) are deterministic already and are kept.
+    Routed experts are named by their global index (EP rank * local experts +
+    local index) and split over the expert tensor-parallel group, so every EP
+    and ETP layout starts from the same experts too. Vectors (norm weights,
+    biases) are deterministic already and are kept.
     """
     import torch
     from megatron.core import parallel_state
     from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-    tp = parallel_state.get_tensor_model_parallel_world_size()
-    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    groups = {False: (parallel_state.get_tensor_model_parallel_world_size(),
+                      parallel_state.get_tensor_model_parallel_rank()),
+              True: (parallel_state.get_expert_tensor_parallel_world_size(),
+                     parallel_state.get_expert_tensor_parallel_rank())}
+    local_experts = spec.model.num_experts // spec.plan.ep if spec.model.is_moe else 0
+    expert_offset = parallel_state.get_expert_model_parallel_rank() * local_experts
     offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
     scaled_std = INIT_METHOD_STD / (2.0 * spec.model.num_layers) ** 0.5
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.dim() < 2:
                 continue
-            key = _global_name(name, offset, spec.model.tied_embeddings)
-            std = scaled_std if key.endswith(("linear_proj.weight", "linear_fc2.weight")) \
-                else INIT_METHOD_STD
-            partitioned = getattr(param, "tensor_model_parallel", False) and tp > 1
+            key = _global_name(name, offset, spec.model.tied_embeddings, expert_offset)
+            std = scaled_std if _OUTPUT_PROJECTION.search(key) else INIT_METHOD_STD
+            size, rank = groups[".mlp.experts." in key]
+            partitioned = getattr(param, "tensor_model_parallel", False) and size > 1
             dim = getattr(param, "partition_dim", 0)
             shape = list(param.shape)
             if partitioned:
-                shape[dim] *= tp
+                shape[dim] *= size
             generator = torch.Generator(device=param.device)
             generator.manual_seed(zlib.crc32(f"{spec.seed}:{key}".encode()))
             full = torch.empty(shape, dtype=torch.float32, device=param.device)
             full.normal_(0.0, std, generator=generator)
-            if partitioned and config.gated_linear_unit and key.endswith("linear_fc1.weight"):
+            if partitioned and config.gated_linear_unit and _GATED_INPUT.search(key):
                 # Each TP rank holds [gate shard; up shard], not a contiguous slice.
                 gate, up = full.chunk(2, dim=0)
-                shard = torch.cat([gate.chunk(tp, dim=0)[tp_rank], up.chunk(tp, dim=0)[tp_rank]])
+                shard = torch.cat([gate.chunk(size, dim=0)[rank], up.chunk(size, dim=0)[rank]])
             elif partitioned:
-                shard = full.chunk(tp, dim=dim)[tp_rank]
+                shard = full.chunk(size, dim=dim)[rank]
             else:
                 shard = full
             param.copy_(shard)
 
 
-def _global_name(name: str, layer_offset: int, tied: bool) -> str:
-    """Parameter name with the global layer index; a tied output layer is the embedding."""
+_OUTPUT_PROJECTION = re.compile(r"(linear_proj|linear_fc2)\.weight\d*$")
+_GATED_INPUT = re.compile(r"linear_fc1\.weight\d*$")
+_LOCAL_EXPERT = re.compile(r"(\.mlp\.experts\.local_experts\.)(\d+)(\.)")
+_GROUPED_EXPERT = re.compile(r"(\.mlp\.experts\.linear_fc[12]\.weight)(\d+)$")
+
+
+def _global_name(name: str, layer_offset: int, tied: bool, expert_offset: int = 0) -> str:
+    """Parameter name with the global layer and expert index; a tied output layer is
+    the embedding. Experts are named as SequentialMLP names them (``local_experts.K.``),
+    also when grouped GEMM holds them as ``linear_fc1.weightK``."""
     parts = name.split(".")
     if len(parts) > 2 and parts[0] == "decoder" and parts[1] == "layers":
         parts[2] = str(int(parts[2]) + layer_offset)
     name = ".".join(parts)
+    name = _LOCAL_EXPERT.sub(lambda m: f"{m[1]}{int(m[2]) + expert_offset}{m[3]}", name)
+    grouped = _GROUPED_EXPERT.search(name)
+    if grouped:
+        stem, fc = name[:grouped.start()], grouped[1].rsplit(".", 2)[-2]
+        name = f"{stem}.mlp.experts.local_experts.{int(grouped[2]) + expert_offset}.{fc}.weight"
     if tied and name == "output_layer.weight":
         return "embedding.word_embeddings.weight"
     return name
