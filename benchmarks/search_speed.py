@@ -5,7 +5,10 @@ valid plans the memory model scores, "fit" those that fit and are ranked by
 the step-time model. Targets (issue 3): GPT-3 175B on 1024 A100 under 1 s, the 1T model of
 Narayanan et al. 2021 on 3072 A100 under 3 s, on a 2-core machine. Batch
 sizes are those of Narayanan et al. 2021 Table 1 (1536 and 3072 sequences of
-2048 tokens). Prints the figures; nothing is asserted.
+2048 tokens). Issue 16: DeepSeek-V3 on 64 GB200 trays (256 GPUs), GBS 4096 x
+4096 tokens, FP8, the nemo stack, under 3 s for the whole command (the search
+itself is timed here; `time autoconfig search ...` for the command). Prints the
+figures; nothing is asserted.
 
     python benchmarks/search_speed.py [--repeat N]
 """
@@ -20,9 +23,10 @@ from autoconfig.training.search import search
 from autoconfig.training.space import R_MEMORY
 
 CASES = (
-    # (model, gpu, nodes, gpus per node, gbs, seq, target seconds)
-    ("gpt3-175b", "a100-80gb", 128, 8, 1536, 2048, 1.0),
-    ("gpt-1t", "a100-80gb", 384, 8, 3072, 2048, 3.0),
+    # (model, gpu, nodes, gpus per node, gbs, seq, target seconds, precision, stack)
+    ("gpt3-175b", "a100-80gb", 128, 8, 1536, 2048, 1.0, "bf16", None),
+    ("gpt-1t", "a100-80gb", 384, 8, 3072, 2048, 3.0, "bf16", None),
+    ("deepseek-v3", "gb200", 64, 4, 4096, 4096, 3.0, "fp8", "nemo"),
 )
 
 
@@ -30,24 +34,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per case (best kept)")
     args = parser.parse_args()
-    print(f"{'model':<10} {'GPUs':>5} {'considered':>11} {'evaluated':>10} {'fit':>6} "
+    print(f"{'model':<12} {'GPUs':>5} {'considered':>11} {'evaluated':>10} {'fit':>6} "
           f"{'cold s':>7} {'best s':>7} {'median s':>9} {'target s':>9}  verdict")
-    for name, gpu, nodes, per_node, gbs, seq, target in CASES:
+    for name, gpu, nodes, per_node, gbs, seq, target, precision, stack in CASES:
         model, cluster = get_model(name), Cluster(get_gpu(gpu), nodes, per_node)
-        workload = Workload(global_batch_size=gbs, seq_len=seq)
+        workload = Workload(global_batch_size=gbs, seq_len=seq, precision=precision)
         start = time.perf_counter()
-        search(model, workload, cluster)  # cold: first call loads the heuristics YAML
+        search(model, workload, cluster, stack=stack)  # cold: first call loads the YAML
         cold = time.perf_counter() - start
         times = []
         for _ in range(args.repeat):
             start = time.perf_counter()
-            result = search(model, workload, cluster)
+            result = search(model, workload, cluster, stack=stack)
             times.append(time.perf_counter() - start)
         times.sort()
         median = times[len(times) // 2]
         verdict = "ok" if max(cold, median) < target else "SLOW"
         evaluated = result.feasible + result.rejected.get(R_MEMORY, 0)
-        print(f"{name:<10} {cluster.num_gpus:>5} {result.considered:>11} {evaluated:>10} "
+        print(f"{name:<12} {cluster.num_gpus:>5} {result.considered:>11} {evaluated:>10} "
               f"{result.feasible:>6} "
               f"{cold:>7.3f} {times[0]:>7.3f} {median:>9.3f} {target:>9.1f}  {verdict}")
 

@@ -1,26 +1,17 @@
-"""End-to-end MoE profiling search on CPU: a search of the tiny-moe model on 4
-(CPU) ranks whose selected plans, expert-parallel ones among them, run real
-megatron-core steps with the stack's token dispatcher.
-
-Driven through the library calls ``autoconfig search --profile`` makes (search,
-ranked_from_search, run_profiling with the search's software features): at this
-commit the search command's stack options lack the MoE overrides
-(``pop_software`` raises KeyError 'moe_a2a_overlap') and there is no ``--ep``.
+"""End-to-end MoE profiling search on CPU, through the command a user types:
+``autoconfig search --model tiny-moe ... --profile --device cpu`` on 4 CPU ranks;
+the selected plans, expert-parallel ones among them, run real megatron-core steps
+with the stack's token dispatcher.
 """
 
 import json
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
-from autoconfig.core.catalog import get_gpu, get_model
-from autoconfig.core.hardware import Cluster
-from autoconfig.core.plan import Workload
 from autoconfig.profiling import store
-from autoconfig.profiling.launch import LaunchOptions
-from autoconfig.profiling.sweep import ProfileOptions, ranked_from_search, run_profiling
-from autoconfig.training.search import search
-from autoconfig.training.space import AxisChoices
 
 pytestmark = pytest.mark.slow
 
@@ -30,20 +21,16 @@ def profiled_moe_search(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("megatron.core")
     out = tmp_path_factory.mktemp("tiny-moe-search")
-    cluster = Cluster(gpu=get_gpu("h100-80gb"), nodes=1, gpus_per_node=4)
     # mbs 1 and gbs 8 keep each job to seconds; the nemo stack runs the alltoall
     # dispatcher and asks for grouped GEMM (which needs CUDA: noted in the record).
-    result = search(get_model("tiny-moe"), Workload(8, 128), cluster, AxisChoices(mbs=(1,)),
-                    stack="nemo")
-    options = ProfileOptions(profile=True, top_k=2, max_steps=2, warmup_steps=1,
-                             launch=LaunchOptions(executor="local", device="cpu",
-                                                  time_limit_min=5, max_parallel=1))
-    lines = []
-    results = run_profiling(ranked_from_search(result), result.model, result.workload,
-                            result.cluster, options, out,
-                            echo=lambda text="", err=False: lines.append(str(text)),
-                            software=result.software)
-    return results, "\n".join(lines)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoconfig", "search", "--model", "tiny-moe", "--gpu", "h100",
+         "--gpus-per-node", "4", "--nodes", "1", "--gbs", "8", "--mbs", "1", "--stack", "nemo",
+         "--profile", "--device", "cpu", "--executor", "local", "--top-k", "2",
+         "--max-steps", "2", "--warmup-steps", "1", "--no-plots", "-o", str(out)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / "profile", proc.stdout
 
 
 def test_moe_search_profiles_expert_parallel_plans_end_to_end(profiled_moe_search):

@@ -145,7 +145,7 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
                 first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                 ep=ep, etp=etp)
     if pp > 1 and not (first_stage_layers or last_stage_layers) and spec.num_layers % pp:
-        first_stage_layers, last_stage_layers = default_split(spec.num_layers, pp, spec.mtp_layers)
+        first_stage_layers, last_stage_layers = default_split(spec.num_layers, pp, spec.mtp_layers, vp)
         plan = replace(plan, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers)
     result = estimate_plan(spec, workload, cluster, plan, software, stack.name, memory_recipe)

@@ -103,8 +103,9 @@ def search(**options) -> None:
         click.echo(json.dumps(search_json(result, inputs.top, files, spec), indent=1))
     else:
         click.echo(render_search(result, inputs.top, files, spec))
-    run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
-                  profiling, inputs.output_dir, software=result.software)
+    if profiling.profile:  # a Plan per candidate costs seconds on a 200,000-plan MoE grid
+        run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
+                      profiling, inputs.output_dir, software=result.software)
 
 
 def _base_config(base: str | None):

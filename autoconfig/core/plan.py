@@ -383,17 +383,19 @@ def stage_kind_columns(model, pp, first, last) -> dict:
     return out
 
 
-def short_last_stage_split(num_layers: int, pp: int) -> int:
-    """Layers of the last stage in the split that gives every other stage
-    ceil(L/pp) and the last one the rest (0 when pp divides L or nothing is
-    left). Megatron-Bridge's DeepSeek-V3 pipeline layouts do this (recipes
-    deepseek/h100/deepseek_v3.py ``_get_deepseek_v3_pipeline_layout``: PP 4 is
-    16, 16, 16, 13 + MTP + loss) so the last stage's MTP module and loss take
-    the place of the missing layers."""
-    if pp < 2 or num_layers % pp == 0:
+def short_last_stage_split(num_layers: int, pp: int, vp: int = 1) -> int:
+    """Layers of the last stage in the split that gives every model chunk
+    ceil(L/(pp vp)) layers and the very last chunk the rest (0 when every chunk
+    is full or nothing is left). Megatron-Bridge's DeepSeek-V3 and Kimi K2
+    pipeline layouts do this (recipes deepseek/h100/deepseek_v3.py
+    ``_get_deepseek_v3_pipeline_layout``: PP 4 is 16, 16, 16, 13 + MTP + loss;
+    PP 2 x VP 8 gives 16 chunks of 4 but the last, so 32 and 29), leaving room
+    on the last stage for the MTP modules and the loss."""
+    chunks = pp * max(vp, 1)
+    if pp < 2 or num_layers % chunks == 0:
         return 0
-    per_stage = -(-num_layers // pp)
-    last = num_layers - (pp - 1) * per_stage
+    per_chunk = -(-num_layers // chunks)
+    last = num_layers - (pp - 1) * max(vp, 1) * per_chunk
     return last if last >= 1 else 0
 
 

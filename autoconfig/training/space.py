@@ -197,11 +197,12 @@ def stage_splits(num_layers: int, pp: int, mtp_layers: int = 0) -> list[tuple[in
     return splits
 
 
-def default_split(num_layers: int, pp: int, mtp_layers: int = 0) -> tuple[int, int]:
+def default_split(num_layers: int, pp: int, mtp_layers: int = 0, vp: int = 1) -> tuple[int, int]:
     """The split ``estimate`` uses for a pp that does not divide the layers and
-    no split given: with MTP modules the short last stage (the Bridge
-    layouts'), else the first of ``stage_splits`` (InputError when none)."""
-    short = short_last_stage_split(num_layers, pp) if mtp_layers else 0
+    no split given: with MTP modules the short last stage of the Bridge layouts
+    (chunks of ceil(L/(pp vp))), else the first of ``stage_splits`` (InputError
+    when none)."""
+    short = short_last_stage_split(num_layers, pp, vp) if mtp_layers else 0
     if short:
         return 0, short
     splits = [s for s in stage_splits(num_layers, pp) if s != (0, 0)]
@@ -278,7 +279,9 @@ def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.nd
     """(pp, vp, first, last) rows: every stage split of each pp, crossed with
     automatic vp (divisors of the middle stages' layers that also divide the
     first and last stages'; vp > 1 only when pp > 1) or the user's vp list,
-    which the masks then check so its rejections are counted."""
+    which the masks then check so its rejections are counted. Models with MTP
+    modules also get the interleaved short-last layouts (``short_last_stage_split``
+    with vp: chunks of ceil(L/(pp vp)) layers, the very last one shorter)."""
     rows = []
     for p in pps:
         for first, last in stage_splits(model.num_layers, p, model.mtp_layers):
@@ -297,6 +300,14 @@ def pp_vp_pairs(model: ModelSpec, pps: list[int], choices: AxisChoices) -> np.nd
                 vps = [v for v in divisors(layers[1]) if layers[0] % v == 0
                        and layers[2] % v == 0]
             rows += [(p, v, first, last) for v in vps]
+        if model.mtp_layers and p > 1:
+            known = {(r[1], r[2], r[3]) for r in rows if r[0] == p}
+            wanted = choices.vp if choices.vp is not None else range(2, model.num_layers // p + 1)
+            for v in wanted:
+                last = short_last_stage_split(model.num_layers, p, v)
+                if last and v > 1 and (v, 0, last) not in known and bool(
+                        is_short_last_layout(model.num_layers, p, v, 0, last)):
+                    rows.append((p, v, 0, last))
     return np.array(rows, dtype=np.int64).reshape(-1, 4)
 
 

@@ -453,8 +453,9 @@ def _stage_split(row: dict, model: ModelSpec, pp: int, assumptions: list[str]) -
     if pp == 1:
         return 0, 0
     stated = (row.get("pipeline_split") or "").strip()
-    if stated == "short-last" and short_last_stage_split(num_layers, pp):
-        return 0, short_last_stage_split(num_layers, pp)
+    vp = _int(row, "vp") or 1
+    if stated == "short-last" and short_last_stage_split(num_layers, pp, vp):
+        return 0, short_last_stage_split(num_layers, pp, vp)
     splits = stage_splits(num_layers, pp)
     counted = ("pp-partition-method" in (row.get("note") or "")
                or stated == "embedding-and-loss")
