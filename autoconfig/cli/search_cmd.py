@@ -25,7 +25,9 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
     from autoconfig.units import format_count
     from autoconfig.core.model import total_params
     m, c, w = result.model, result.cluster, result.workload
-    lines = [f"{m.name} ({format_count(total_params(m))} params) on {c.nodes} x "
+    from autoconfig.core.model import active_params
+    active = f", {format_count(active_params(m))} active" if m.is_moe else ""
+    lines = [f"{m.name} ({format_count(total_params(m))} params{active}) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
              f"{w.precision}, stack {result.stack}, objective {result.objective}", "",
              tabulate(top_rows(result, top), headers=top_headers(result)), ""]

@@ -212,13 +212,20 @@ def get_model(name: str, size: str | None = None) -> ModelSpec:
     key = name.strip().lower()
     models = all_models()
     if size is not None:
-        wanted = _normalise_size(size)
         family = [m for m in models if m.family == key]
         if not family:
             raise InputError(f"unknown model {name!r}: allowed are {', '.join(families())}, "
                              "or a path to a model YAML file")
+        # Labels such as 8x7b or 30b-a3b name an MoE size as it is published.
         for model in family:
-            if _normalise_size(model.size_label) == wanted:
+            if model.size_label.lower() == size.strip().lower():
+                return model
+        if not _plain_size(size) and not all(_plain_size(m.size_label) for m in family):
+            sizes = ", ".join(m.size_label for m in family)
+            raise InputError(f"unknown size {size!r} for model {name!r}: allowed are {sizes}")
+        wanted = _normalise_size(size)  # InputError naming the size form for a bad count
+        for model in family:
+            if _plain_size(model.size_label) and _normalise_size(model.size_label) == wanted:
                 return model
         sizes = ", ".join(m.size_label for m in family)
         raise InputError(f"unknown size {size!r} for model {name!r}: allowed are {sizes}")
@@ -237,6 +244,12 @@ def get_model(name: str, size: str | None = None) -> ModelSpec:
 
 def families() -> tuple[str, ...]:
     return tuple(sorted({m.family for m in all_models() if m.family}))
+
+
+def _plain_size(size: str) -> bool:
+    """A count like 175b or 1.3b (not a label like 8x7b)."""
+    text = size.strip().lower()
+    return bool(text) and all(c.isdigit() or c in ".kmbt" for c in text)
 
 
 def _normalise_size(size: str) -> float:

@@ -15,7 +15,7 @@ import yaml
 from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
-from autoconfig.core.model import total_params
+from autoconfig.core.model import active_params, total_params
 from autoconfig.core.plan import Plan, describe_plan, recompute_label
 from autoconfig.launch.files import (BRIDGE_NAME, MEGATRON_NAME, NEMO_NAME, SBATCH_NAME,
                                      launch_document, launch_texts, not_written)
@@ -164,7 +164,9 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
     spec = spec or spec_from_result(result)
     best = best_document(result, spec)
     lines = [f"# autoconfig search: {m.name} on {c.nodes} x {c.gpus_per_node} {c.gpu.name}", "",
-             f"- model: {m.name}, {format_count(total_params(m))} parameters ({m.num_layers} "
+             f"- model: {m.name}, {format_count(total_params(m))} parameters"
+             + (f", {format_count(active_params(m))} active ({m.num_experts} experts, top "
+                f"{m.moe_topk})" if m.is_moe else "") + f" ({m.num_layers} "
              f"layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} kv heads, "
              f"ffn {m.ffn_hidden_size}, vocab {m.vocab_size}, {m.mlp_kind})",
              f"- cluster: {c.num_gpus} x {c.gpu.display_name} ({c.nodes} nodes of "
