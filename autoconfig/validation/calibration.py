@@ -27,7 +27,8 @@ from autoconfig.training.step_time import PerfConstants
 
 FREE: tuple[tuple[str, ...], ...] = (
     ("gemm_efficiency_max", "ampere"), ("gemm_efficiency_max", "hopper"),
-    ("gemm_efficiency_max", "blackwell"), ("elementwise_traffic_factor",),
+    ("gemm_efficiency_max", "blackwell"), ("gemm_efficiency_max", "blackwell-ultra"),
+    ("elementwise_traffic_factor",),
     ("fp8_gemm_speedup",), ("layer_overhead_s", "megatron-deepspeed"),
     ("layer_overhead_s", "pytorch-fsdp"), ("moe_layer_overhead_s",))
 BOUNDS = {"gemm_efficiency_max": (0.05, 1.0), "elementwise_traffic_factor": (0.05, 5.0),
@@ -35,7 +36,7 @@ BOUNDS = {"gemm_efficiency_max": (0.05, 1.0), "elementwise_traffic_factor": (0.0
           "moe_layer_overhead_s": (0.0, 0.02),
           "attention_efficiency": (0.05, 1.0)}
 """fp8_gemm_speedup at most 2.0: the datasheet ratio of dense FP8 to BF16 peak (H100, B200)."""
-PREVIOUS_GENERATION = {"hopper": "ampere", "blackwell": "hopper"}
+PREVIOUS_GENERATION = {"hopper": "ampere", "blackwell": "hopper", "blackwell-ultra": "blackwell"}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ def fingerprint() -> str:
     files = [benchmarks_dir() / "published_runs.csv", benchmarks_dir() / "run_settings.yaml",
              heuristics_dir() / "perf.yaml", *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
              *sorted((configs_dir() / "gpus").glob("*.yaml")),
+             # rows may name catalog models (the MoE runs)
+             *sorted((configs_dir() / "models").glob("*.yaml")),
              *(_PACKAGE / name for name in MODEL_SOURCES)]
     for path in files:
         digest.update(path.name.encode())
