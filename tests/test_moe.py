@@ -161,7 +161,10 @@ def test_mtp_module_weighs_on_the_last_stage_only():
 # ---------------------------------------------------------------- step time
 
 def _time(model, plan, workload, cluster, **overrides):
-    sw = with_overrides(load_stack("nemo").features, **overrides)
+    # dispatch exposed unless a test asks for the overlap (the nemo stack's default is on)
+    sw = with_overrides(load_stack("nemo").features, **{"moe_a2a_overlap": False,
+                                                        "moe_dispatcher": "alltoall",
+                                                        **overrides})
     return step_time(model, workload, PlanTable.from_plans([plan]), cluster, software=sw)
 
 

@@ -5,13 +5,12 @@ with the stack's token dispatcher.
 """
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from autoconfig.profiling import store
+from tests.cli_runner import cli
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +22,10 @@ def profiled_moe_search(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-moe-search")
     # mbs 1 and gbs 8 keep each job to seconds; the nemo stack runs the alltoall
     # dispatcher and asks for grouped GEMM (which needs CUDA: noted in the record).
-    proc = subprocess.run(
-        [sys.executable, "-m", "autoconfig", "search", "--model", "tiny-moe", "--gpu", "h100",
-         "--gpus-per-node", "4", "--nodes", "1", "--gbs", "8", "--mbs", "1", "--stack", "nemo",
-         "--profile", "--device", "cpu", "--executor", "local", "--top-k", "2",
-         "--max-steps", "2", "--warmup-steps", "1", "--no-plots", "-o", str(out)],
-        capture_output=True, text=True, timeout=900)
+    proc = cli("search", "--model", "tiny-moe", "--gpu", "h100", "--gpus-per-node", "4",
+               "--nodes", "1", "--gbs", "8", "--mbs", "1", "--stack", "nemo", "--profile",
+               "--device", "cpu", "--executor", "local", "--top-k", "2", "--max-steps", "2",
+               "--warmup-steps", "1", "--no-plots", "-o", out, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out / "profile", proc.stdout
 

@@ -83,8 +83,9 @@ def render_table(result: dict) -> str:
 @click.option("--recompute-num-layers", type=int, default=1, show_default=True,
               help="For full recompute: layers per group (uniform) or per chunk (block).")
 @click.option("--sp/--no-sp", default=False, help="Sequence parallelism (needs tp > 1).")
-@click.option("--distributed-optimizer/--no-distributed-optimizer", default=False,
-              help="Shard optimizer state across data-parallel ranks.")
+@click.option("--distributed-optimizer/--no-distributed-optimizer", default=None,
+              help="Shard optimizer state across data-parallel ranks (default: the stack's: "
+                   "on for nemo and the FSDP stacks, off for megatron-lm).")
 @click.option("--first-stage-layers", "--decoder-first-pipeline-num-layers", "first_stage_layers",
               type=int, default=0, show_default=True,
               help="Layers on the first pipeline stage (0: even split).")
@@ -141,7 +142,9 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
                 recompute_modules=_modules(recompute, recompute_modules),
                 recompute_method=recompute_method if full else "uniform",
                 recompute_num_layers=recompute_num_layers if full else 0,
-                distributed_optimizer=distributed_optimizer,
+                distributed_optimizer=(software.distributed_optimizer
+                                       if distributed_optimizer is None
+                                       else distributed_optimizer),
                 first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                 ep=ep, etp=etp)
     if pp > 1 and not (first_stage_layers or last_stage_layers) and spec.num_layers % pp:

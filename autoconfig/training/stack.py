@@ -142,6 +142,10 @@ class SoftwareFeatures:
     megatron-core's default), which pays a kernel launch and a small-GEMM tail
     per expert."""
 
+    distributed_optimizer: bool = False
+    """Whether the stack's runs shard the optimizer state (Megatron's distributed
+    optimizer; always under FSDP): what ``estimate`` assumes when the plan does
+    not say. The search tries both wherever DP > 1."""
     moe_imbalance: float = 1.0
     """Tokens routed to the busiest expert rank over the mean (>= 1). The
     published MoE benchmarks force-balance the router (Megatron-Bridge
