@@ -86,14 +86,16 @@ MOE_CASES = {
     "deepseek-v3-ep64-pp8-hybridep": (DEEPSEEK_V3, "h100-80gb", 64, 4096, 4096, "bf16",
                                       Plan(tp=2, pp=8, dp=32, sp=True, mbs=1, ep=64,
                                            distributed_optimizer=True, last_stage_layers=5),
-                                      ("nemo", {"moe_dispatcher": "flex-hybridep"})),
+                                      ("nemo", {"moe_dispatcher": "flex-hybridep",
+                                                "moe_a2a_overlap": False})),
     # 61 layers + embedding + loss = 63 = 3 stages x 3 chunks x 7: the one interleaved
     # split of an odd layer count; EP A2A overlap (needs VP with PP > 1, one MTP layer).
     "deepseek-v3-ep16-pp3-vp3-a2a": (DEEPSEEK_V3, "h100-80gb", 6, 768, 4096, "bf16",
                                      Plan(tp=2, pp=3, dp=8, vp=3, sp=True, mbs=1, ep=16,
                                           recompute="selective", distributed_optimizer=True,
                                           first_stage_layers=20, last_stage_layers=20),
-                                     ("nemo", {"moe_a2a_overlap": True})),
+                                     ("nemo", {"moe_a2a_overlap": True,
+                                               "moe_dispatcher": "alltoall"})),
     # Megatron-Bridge's DeepSeek-V3 PP 4 VP 4 layout (Et*4|(t*4|)*14tmL): stages 16, 16,
     # 16, 13; needs --pipeline-model-parallel-layout (13 is not divisible by VP 4).
     "deepseek-v3-ep64-pp4-vp4-layout": (DEEPSEEK_V3, "gb200", 64, 4096, 4096, "bf16",
@@ -110,7 +112,7 @@ MOE_CASES = {
                           Plan(tp=4, pp=4, dp=4, sp=True, mbs=1, ep=8, etp=2,
                                recompute="full", recompute_method="uniform",
                                recompute_num_layers=1, distributed_optimizer=True),
-                          ("nemo", {"moe_a2a_overlap": True})),
+                          ("nemo", {"moe_a2a_overlap": True, "moe_dispatcher": "alltoall"})),
 }
 ALL_CASES = {**CASES, **MOE_CASES}
 
