@@ -31,3 +31,22 @@ class ProfilingError(AutoconfigError):
 
 class BusyError(AutoconfigError):
     """A results directory is held by another live sweep."""
+
+
+MAX_COUNT = 1 << 20
+"""Largest value of a count the user gives (layers, widths, heads, experts,
+ranks, parallel sizes, GPUs, batch sizes): 1,048,576, beyond any real model or
+cluster, and small enough that numpy's 64-bit arithmetic over plans never
+overflows. Larger values are refused with this bound in the message."""
+
+MAX_SEQ_LEN = 1 << 24
+"""Largest sequence length (16,777,216 tokens)."""
+
+SHOWN_CHARS = 24
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A value as an error message echoes it: strings quoted, at most ``limit``
+    characters (a longer one is cut and ends in '...')."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -20,7 +20,7 @@ from autoconfig.atomic import write_atomic
 from autoconfig.base.budget import (ComputeRate, compute_rate, max_params_chinchilla,
                                max_params_for_tokens, training_days)
 from autoconfig.core.catalog import model_from_mapping
-from autoconfig.errors import CatalogError, InputError
+from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, CatalogError, InputError, shown
 from autoconfig.core.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic
 from autoconfig.base.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
@@ -127,9 +127,13 @@ def parse_tokens(text: str | None) -> float | str | None:
                          "or 'chinchilla' (~20 tokens per parameter)") from None
 
 
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise InputError(f"invalid {name} {value:g}: must be a number greater than zero")
+def _positive(name: str, value: float | None, most: int | None = None) -> None:
+    if value is None:
+        return
+    if most is not None and value > most:
+        raise InputError(f"invalid {name} {shown(value)}: must be at most {most}")
+    if value <= 0 or not math.isfinite(value):
+        raise InputError(f"invalid {name} {shown(value)}: must be a number greater than zero")
 
 
 def request_mode(req: BaseRequest) -> str:
@@ -142,10 +146,10 @@ def request_mode(req: BaseRequest) -> str:
 
 
 def _validate(req: BaseRequest) -> None:
-    _positive("--nodes", req.nodes)
-    _positive("--gpus-per-node", req.gpus_per_node)
+    _positive("--nodes", req.nodes, MAX_COUNT)
+    _positive("--gpus-per-node", req.gpus_per_node, MAX_COUNT)
     _positive("--days", req.days)
-    _positive("--seq-len", req.seq_len)
+    _positive("--seq-len", req.seq_len, MAX_SEQ_LEN)
     if req.precision is not None and req.precision not in PRECISIONS:
         raise InputError(f"invalid precision {req.precision!r}: allowed are "
                          f"{', '.join(PRECISIONS)}")

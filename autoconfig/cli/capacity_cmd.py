@@ -12,14 +12,17 @@ from autoconfig.cli.options import (ListOrAuto, model_options, moe_shape_options
                                     stack_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
+from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import PRECISIONS, Workload
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_COUNT, InputError
 from autoconfig.reports.capacity_report import CSV_NAME, MARKDOWN_NAME, capacity_table, markdown
 from autoconfig.units import format_count
 
 DEFAULT_GPUS = "a100-80gb,h100-80gb,h200,b200"
-_NodeList = ListOrAuto("N[,N...]", positive_int, "positive node counts", allow_auto=False)
-_GpuList = ListOrAuto("N[,N...]", positive_int, "positive GPU counts", allow_auto=False)
+_NodeList = ListOrAuto("N[,N...]", positive_int, f"positive node counts up to {MAX_COUNT}",
+                       allow_auto=False)
+_GpuList = ListOrAuto("N[,N...]", positive_int, f"positive GPU counts up to {MAX_COUNT}",
+                      allow_auto=False)
 
 
 @click.command()
@@ -77,6 +80,10 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     spec = catalog.with_layers(spec, **layer_fields)
     gpu_specs = [catalog.get_gpu(name) for name in gpu_types.split(",") if name.strip()]
     node_counts = _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node)
+    for gpu_spec in gpu_specs:  # a cluster beyond the bound is an error, not an infeasible cell
+        for nodes in node_counts:
+            Cluster(gpu=gpu_spec, nodes=nodes,
+                    gpus_per_node=gpus_per_node or gpu_spec.gpus_per_node)
     prices = parse_prices(price, catalog.get_gpu)
     assumed = default_assumptions(gpu_power_fraction=gpu_power_fraction,
                                   node_overhead_w=node_overhead_w, pue=pue,

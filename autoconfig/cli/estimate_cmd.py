@@ -10,14 +10,15 @@ from dataclasses import replace
 import click
 from tabulate import tabulate
 
-from autoconfig.cli.options import (architecture_options, model_options, moe_shape_options,
-                                    pop_layers, pop_software, stack_options)
+from autoconfig.cli.options import (Count, architecture_options, model_options,
+                                    moe_shape_options, pop_layers, pop_software, stack_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model, with_architecture, with_layers, with_network
 from autoconfig.core.hardware import cluster_from_gpus
-from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, Workload,
-                                  describe_plan, module_list, module_mask)
-from autoconfig.errors import InputError
+from autoconfig.core.plan import (PRECISIONS, RECOMPUTE_KINDS, RECOMPUTE_METHODS,
+                                  RECOMPUTE_MODULES, Plan, Workload, describe_plan, module_list,
+                                  module_mask)
+from autoconfig.errors import InputError, shown
 from autoconfig.training.estimate import estimate_plan
 from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
 from autoconfig.training.space import default_split, dp_for
@@ -28,6 +29,9 @@ def _modules(recompute: str, modules: str) -> str:
     modules without selective recompute)."""
     if not modules:
         return ""
+    if any(not name.strip() for name in modules.split(",")):
+        raise InputError(f"invalid --recompute-modules {shown(modules)}: expected module names "
+                         f"separated by commas ({', '.join(RECOMPUTE_MODULES)})")
     if recompute != "selective":
         raise InputError(f"invalid --recompute-modules {modules!r}: needs --recompute selective")
     return module_list(module_mask(modules))
@@ -66,9 +70,9 @@ def render_table(result: dict) -> str:
 @click.option("--vp", type=int, default=1, show_default=True,
               help="Virtual pipeline stages per rank (interleaved 1F1B when > 1).")
 @click.option("--cp", type=int, default=1, show_default=True, help="Context-parallel size.")
-@click.option("--ep", type=int, default=1, show_default=True,
+@click.option("--ep", type=Count(1), default=1, show_default=True,
               help="MoE: expert-parallel size (divides the experts).")
-@click.option("--etp", type=int, default=None,
+@click.option("--etp", type=Count(1), default=None,
               help="MoE: expert tensor-parallel size (default: tp, as Megatron).")
 @click.option("--mbs", type=int, default=1, show_default=True, help="Micro-batch size.")
 @click.option("--gbs", type=int, required=True, help="Global batch size in sequences.")

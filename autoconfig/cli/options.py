@@ -7,7 +7,7 @@ other. Values are parsed here; what they mean is decided in the library.
 import click
 
 from autoconfig.core.plan import RECOMPUTE_KINDS
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_COUNT, InputError, shown
 from autoconfig.training.space import SWITCH_MODES
 from autoconfig.training.stack import (DEFAULT_STACK, FSDP_SHARDING, GRAD_REDUCE_DTYPES,
                                        MOE_DISPATCHERS, OVERRIDES, resolve_software)
@@ -33,20 +33,47 @@ class ListOrAuto(click.ParamType):
         if any(v is None for v in values):
             flag = param.opts[0] if param is not None and param.opts else "value"
             auto = ", or auto" if self._allow_auto else ""
-            raise InputError(f"invalid {flag} {value!r}: expected {self._allowed} separated "
-                             f"by commas{auto}")
+            raise InputError(f"invalid {flag} {shown(str(value))}: expected {self._allowed} "
+                             f"separated by commas{auto}")
         return values
 
 
 def positive_int(text: str) -> int | None:
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    """A positive integer up to MAX_COUNT, or None."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_COUNT)):
+        return None
+    return int(text) if 0 < int(text) <= MAX_COUNT else None
+
+
+class Count(click.types.IntParamType):
+    """An integer option in [low, MAX_COUNT]: a one-line error that names the flag,
+    the (shortened) value and the bound."""
+
+    name = "integer"
+
+    def __init__(self, low: int = 0) -> None:
+        self.low = low
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            digits = text[1:] if text[:1] in "+-" else text
+            number = int(text) if digits.isascii() and digits.isdigit() else None
+        if number is None or not self.low <= number <= MAX_COUNT:
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            raise InputError(f"invalid {flag} {shown(str(value))}: expected an integer from "
+                             f"{self.low} to {MAX_COUNT}")
+        return number
 
 
 def _recompute_kind(text: str) -> str | None:
     return text if text in RECOMPUTE_KINDS else None
 
 
-IntListOrAuto = ListOrAuto("N[,N...]|auto", positive_int, "positive integers")
+IntListOrAuto = ListOrAuto("N[,N...]|auto", positive_int,
+                           f"positive integers up to {MAX_COUNT}")
 KindListOrAuto = ListOrAuto("KIND[,KIND...]|auto", _recompute_kind,
                             f"recompute kinds ({', '.join(RECOMPUTE_KINDS)})")
 
@@ -100,7 +127,8 @@ def moe_shape_options(func):
              "qk_rope_head_dim": "MLA: per-head rope width.",
              "v_head_dim": "MLA: per-head value width."}
     for name in reversed(tuple(MOE_SHAPE_OPTIONS)):
-        func = click.option(f"--{name.replace('_', '-')}", name, type=int, default=None,
+        low = 1 if name == "moe_layer_freq" else 0
+        func = click.option(f"--{name.replace('_', '-')}", name, type=Count(low), default=None,
                             help=helps[name])(func)
     return func
 

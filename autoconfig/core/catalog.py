@@ -8,7 +8,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from autoconfig.errors import CatalogError, InputError
+from autoconfig.errors import CatalogError, InputError, shown
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec
 from autoconfig.paths import configs_dir
@@ -83,6 +83,7 @@ def model_from_yaml(path: Path) -> ModelSpec:
     missing = [key for key in _MODEL_INTS if key not in data and key != "num_kv_heads"]
     if missing:
         raise CatalogError(f"{path}: missing field(s) {', '.join(missing)}")
+    _schedule_of(data, path)
     return model_from_mapping(data, default_name=path.stem, where=str(path))
 
 
@@ -92,14 +93,21 @@ def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
     for key in _MODEL_INTS:
         raw = data.get(key, data.get("num_heads") if key == "num_kv_heads" else None)
         if isinstance(raw, bool) or not isinstance(raw, int):
-            raise CatalogError(f"{where}: field {key!r} must be an integer, got {raw!r}")
+            raise CatalogError(f"{where}: field {key!r} must be an integer, got {shown(raw)}")
         values[key] = raw
     for key in _MODEL_OPTIONAL_INTS:
         if key in data:
             raw = data[key]
             if isinstance(raw, bool) or not isinstance(raw, int):
-                raise CatalogError(f"{where}: field {key!r} must be an integer, got {raw!r}")
+                raise CatalogError(f"{where}: field {key!r} must be an integer, got {shown(raw)}")
             values[key] = raw
+    try:
+        return _spec_from_mapping(data, default_name, where, values)
+    except InputError as exc:  # the shape's own checks: name the file (or inline shape)
+        raise type(exc)(f"{where}: {exc}") from None
+
+
+def _spec_from_mapping(data: dict, default_name: str, where: str, values: dict) -> ModelSpec:
     return ModelSpec(
         attention_kind=str(data.get("attention_kind", "gqa")),
         qk_norm=bool(data.get("qk_norm", False)),
@@ -128,7 +136,7 @@ def _probability(data: dict, key: str, where: str) -> float:
     if raw is None:
         return _family_dropout().get((str(data.get("family", "")), key), DEFAULT_DROPOUT)
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        raise CatalogError(f"{where}: field {key!r} must be a number, got {raw!r}")
+        raise CatalogError(f"{where}: field {key!r} must be a number, got {shown(raw)}")
     return float(raw)
 
 
@@ -159,23 +167,60 @@ def published_schedule(model: ModelSpec) -> dict:
     return dict(_schedules().get(model.name, ()))
 
 
+LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+"""What a published ``lr_decay_style`` may be: Megatron-LM's --lr-decay-style
+choices (the launch files pass it on)."""
+
+
 @lru_cache(maxsize=None)
 def _schedules() -> dict:
     out = {}
     for path in sorted((configs_dir() / "models").glob("*.yaml")):
         data = load_yaml(path)
-        block = data.get("published_schedule")
-        if not block:
-            continue
-        if not isinstance(block, dict):
-            raise CatalogError(f"{path}: published_schedule must map keys to {{value, source}}")
-        unknown = sorted(set(block) - set(SCHEDULE_KEYS))
-        if unknown:
-            raise CatalogError(f"{path}: unknown published_schedule key(s) {', '.join(unknown)}: "
-                               f"allowed are {', '.join(SCHEDULE_KEYS)}")
-        out[str(data.get("name", path.stem))] = tuple(
-            (key, sourced_field(block, key, path)) for key in block)
+        schedule = _schedule_of(data, path)
+        if schedule:
+            out[str(data.get("name", path.stem))] = schedule
     return out
+
+
+def _schedule_of(data: dict, path: Path) -> tuple:
+    """The checked ``published_schedule`` block of a model file: ((key, (value,
+    source)), ...); () when there is none. Each key one of SCHEDULE_KEYS mapped
+    to {value, source}; lr_decay_style one of LR_DECAY_STYLES, every other value
+    a positive finite number (YAML reads ``14.8e12`` without a sign as text, so
+    numeric text counts). One-line errors that name the file."""
+    block = data.get("published_schedule")
+    if block is None or block == {}:
+        return ()
+    if not isinstance(block, dict):
+        raise CatalogError(f"{path}: published_schedule must map keys to {{value, source}}, "
+                           f"got {shown(block)}")
+    unknown = sorted(shown(key) for key in block if key not in SCHEDULE_KEYS)
+    if unknown:
+        raise CatalogError(f"{path}: unknown published_schedule key(s) {', '.join(unknown)}: "
+                           f"allowed are {', '.join(SCHEDULE_KEYS)}")
+    entries = []
+    for key in block:
+        value, source = sourced_field(block, key, f"{path}: published_schedule")
+        if key == "lr_decay_style":
+            if not isinstance(value, str) or value not in LR_DECAY_STYLES:
+                raise CatalogError(f"{path}: published_schedule lr_decay_style {shown(value)}: "
+                                   f"allowed are {', '.join(LR_DECAY_STYLES)}")
+        elif not _positive_number(value):
+            raise CatalogError(f"{path}: published_schedule {key} {shown(value)} is not a "
+                               "positive number")
+        entries.append((key, (value, source)))
+    return tuple(entries)
+
+
+def _positive_number(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return False
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return False
+    return 0 < number < float("inf")
 
 
 @lru_cache(maxsize=None)

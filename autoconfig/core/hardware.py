@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_COUNT, InputError, shown
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,9 @@ class Cluster:
         if self.gpus_per_node < 1:
             raise InputError(
                 f"invalid GPUs per node {self.gpus_per_node}: must be at least 1")
+        if self.nodes * self.gpus_per_node > MAX_COUNT:
+            raise InputError(f"invalid cluster of {shown(self.nodes)} nodes x "
+                             f"{shown(self.gpus_per_node)} GPUs: at most {MAX_COUNT} GPUs")
 
     @property
     def num_gpus(self) -> int:
@@ -89,8 +92,8 @@ class Cluster:
 
 def cluster_from_gpus(gpu: GPU, num_gpus: int, gpus_per_node: int) -> Cluster:
     """Build a cluster from a GPU count that must be a whole number of nodes."""
-    if num_gpus < 1:
-        raise InputError(f"invalid GPU count {num_gpus}: must be at least 1")
+    if not 1 <= num_gpus <= MAX_COUNT:
+        raise InputError(f"invalid GPU count {shown(num_gpus)}: must be from 1 to {MAX_COUNT}")
     if num_gpus % gpus_per_node and num_gpus > gpus_per_node:
         raise InputError(
             f"invalid GPU count {num_gpus}: must be a whole number of nodes of "

@@ -16,7 +16,7 @@ Counts are exact: every parameter of the layers as megatron-core builds them.
 from dataclasses import dataclass
 from functools import cached_property
 
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, InputError, shown
 
 MLP_KINDS = ("gelu", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -24,6 +24,15 @@ POSITION_KINDS = ("learned", "rope")
 ATTENTION_KINDS = ("gqa", "mla")
 LAYER_KINDS = ("dense", "moe")
 """Kinds of layer a model's stack is made of (``ModelSpec.layer_pattern``)."""
+MAX_PARAMS = 10 ** 15
+"""Largest model autoconfig describes (a thousand times the largest trained):
+every field may be within its bound while their product is not, and the
+memory model's 64-bit arithmetic over plans needs the product bounded."""
+MOE_ONLY_FIELDS = ("moe_topk", "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
+                   "moe_first_dense_layers")
+"""Fields that mean something only with routed experts (and moe_layer_freq != 1)."""
+MLA_ONLY_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+"""Fields that mean something only with multi-latent attention (a kv_lora_rank)."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +110,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
                       "ffn_hidden_size", "vocab_size", "seq_len"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
-                raise InputError(f"invalid {field} {value!r} for model {self.name!r}: "
-                                 "must be a positive integer")
+            _check_int(self.name, field, getattr(self, field), 1,
+                       MAX_SEQ_LEN if field == "seq_len" else MAX_COUNT)
         if self.hidden_size % self.num_heads:
             raise InputError(f"invalid heads {self.num_heads} for model {self.name!r}: "
                              f"must divide hidden size {self.hidden_size}")
@@ -133,11 +140,10 @@ class ModelSpec:
         for field in ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                       "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
                       "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
-                      "moe_first_dense_layers", "mtp_layers", "sliding_window"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"invalid {field} {value!r} for model {self.name!r}: "
-                                 "must be a non-negative integer")
+                      "moe_first_dense_layers", "mtp_layers"):
+            _check_int(self.name, field, getattr(self, field), 0, MAX_COUNT)
+        _check_int(self.name, "sliding_window", self.sliding_window, 0, MAX_SEQ_LEN)
+        _check_int(self.name, "moe_layer_freq", self.moe_layer_freq, 1, MAX_COUNT)
         if self.num_experts:
             if not 1 <= self.moe_topk <= self.num_experts:
                 raise InputError(f"invalid moe_topk {self.moe_topk} for model {self.name!r}: "
@@ -145,16 +151,23 @@ class ModelSpec:
             if self.moe_ffn_hidden_size < 1:
                 raise InputError(f"invalid moe_ffn_hidden_size {self.moe_ffn_hidden_size} for "
                                  f"model {self.name!r}: an MoE model needs the expert FFN width")
-            if isinstance(self.moe_layer_freq, bool) or not isinstance(self.moe_layer_freq, int) \
-                    or self.moe_layer_freq < 1:
-                raise InputError(f"invalid moe_layer_freq {self.moe_layer_freq!r} for model "
-                                 f"{self.name!r}: must be a positive integer")
             if self.moe_first_dense_layers >= self.num_layers:
                 raise InputError(f"invalid moe_first_dense_layers {self.moe_first_dense_layers} "
                                  f"for model {self.name!r}: must be below the "
                                  f"{self.num_layers} layers")
-        elif self.moe_topk or self.moe_ffn_hidden_size or self.moe_shared_expert_ffn_hidden_size:
-            raise InputError(f"model {self.name!r} gives MoE fields without num_experts")
+        else:
+            given = [f for f in MOE_ONLY_FIELDS if getattr(self, f)] + \
+                ["moe_layer_freq"] * (self.moe_layer_freq != 1)
+            if given:
+                raise InputError(f"model {self.name!r} gives MoE field(s) {', '.join(given)} "
+                                 "without num_experts: give num_experts (--num-experts) too, "
+                                 "or drop them")
+        if self.attention_kind != "mla":
+            given = [f for f in MLA_ONLY_FIELDS if getattr(self, f)]
+            if given:
+                raise InputError(f"model {self.name!r} gives multi-latent-attention field(s) "
+                                 f"{', '.join(given)} without kv_lora_rank (--kv-lora-rank), "
+                                 "which turns MLA on")
         if self.attention_kind == "mla":
             for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, field) < 1:
@@ -163,6 +176,10 @@ class ModelSpec:
         elif self.kv_channels == 0 and self.hidden_size % self.num_heads:
             raise InputError(f"invalid heads {self.num_heads} for model {self.name!r}: "
                              f"must divide hidden size {self.hidden_size} (or give kv_channels)")
+        params = total_params(self, with_mtp=True)
+        if params > MAX_PARAMS:
+            raise InputError(f"model {self.name!r} has {params:.3g} parameters: autoconfig "
+                             f"describes models of at most {MAX_PARAMS:.0e}")
 
     @property
     def head_dim(self) -> int:
@@ -217,9 +234,17 @@ class ModelSpec:
         return self.layer_pattern.count(kind)
 
 
+def _check_int(model: str, field: str, value, low: int, high: int) -> None:
+    """An integer field in [low, high] (one-line error naming the bound)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        what = "a positive integer" if low == 1 else "a non-negative integer"
+        raise InputError(f"invalid {field} {shown(value)} for model {model!r}: must be "
+                         f"{what} up to {high}")
+
+
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise InputError(f"invalid {field} {value!r}: allowed are {', '.join(allowed)}")
+        raise InputError(f"invalid {field} {shown(value)}: allowed are {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)

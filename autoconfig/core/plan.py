@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, InputError, shown
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
@@ -27,7 +27,7 @@ def module_mask(modules: str) -> int:
     names = [m.strip() for m in modules.split(",") if m.strip()] or ["core_attn"]
     bad = [m for m in names if m not in RECOMPUTE_MODULES]
     if bad:
-        raise InputError(f"invalid recompute module {bad[0]!r}: allowed are "
+        raise InputError(f"invalid recompute module {shown(bad[0])}: allowed are "
                          f"{', '.join(RECOMPUTE_MODULES)}")
     return sum(1 << RECOMPUTE_MODULES.index(m) for m in set(names))
 
@@ -49,10 +49,12 @@ class Workload:
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
-        if self.global_batch_size < 1:
-            raise InputError(f"invalid global batch size {self.global_batch_size}: must be >= 1")
-        if self.seq_len < 1:
-            raise InputError(f"invalid sequence length {self.seq_len}: must be >= 1")
+        if not 1 <= self.global_batch_size <= MAX_COUNT:
+            raise InputError(f"invalid global batch size {shown(self.global_batch_size)}: must "
+                             f"be from 1 to {MAX_COUNT}")
+        if not 1 <= self.seq_len <= MAX_SEQ_LEN:
+            raise InputError(f"invalid sequence length {shown(self.seq_len)}: must be from 1 "
+                             f"to {MAX_SEQ_LEN}")
         if self.precision not in PRECISIONS:
             raise InputError(f"invalid precision {self.precision!r}: allowed are "
                              f"{', '.join(PRECISIONS)}")
@@ -109,17 +111,20 @@ class Plan:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "vp", "mbs", "ep", "etp"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise InputError(f"invalid {name} {value!r}: must be a positive integer")
+            if not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_COUNT:
+                raise InputError(f"invalid {name} {shown(value)}: must be a positive integer up "
+                                 f"to {MAX_COUNT}")
         if self.recompute not in RECOMPUTE_KINDS:
             raise InputError(f"invalid recompute {self.recompute!r}: allowed are "
                              f"{', '.join(RECOMPUTE_KINDS)}")
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise InputError(f"invalid recompute method {self.recompute_method!r}: "
                              f"allowed are {', '.join(RECOMPUTE_METHODS)}")
+        for name in ("first_stage_layers", "last_stage_layers", "recompute_num_layers"):
+            if not 0 <= getattr(self, name) <= MAX_COUNT:
+                raise InputError(f"invalid {name} {shown(getattr(self, name))}: must be from 0 "
+                                 f"to {MAX_COUNT}")
         for name in ("first_stage_layers", "last_stage_layers"):
-            if getattr(self, name) < 0:
-                raise InputError(f"invalid {name} {getattr(self, name)}: must be >= 0")
             if getattr(self, name) and self.pp == 1:
                 raise InputError(f"invalid {name} {getattr(self, name)}: an uneven pipeline "
                                  "split needs pp > 1")

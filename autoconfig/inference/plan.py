@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from autoconfig.core.plan import PRECISIONS
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_SEQ_LEN, InputError, shown
 
 PLAN_FIELDS = ("tp", "pp", "batch", "replicas", "ep")
 
@@ -69,9 +69,11 @@ class InferenceWorkload:
     def __post_init__(self) -> None:
         for name in ("input_len_tokens", "output_len_tokens"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 1 <= value <= MAX_SEQ_LEN:
                 flag = "--" + name.replace("_len_tokens", "-len")
-                raise InputError(f"invalid {flag} {value!r}: must be a positive integer")
+                raise InputError(f"invalid {flag} {shown(value)}: must be a positive integer up "
+                                 f"to {MAX_SEQ_LEN}")
         if self.precision not in PRECISIONS:
             raise InputError(f"invalid precision {self.precision!r}: allowed are "
                              f"{', '.join(PRECISIONS)}")

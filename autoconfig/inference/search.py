@@ -14,7 +14,7 @@ import pandas as pd
 
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
-from autoconfig.errors import InfeasibleError, InputError
+from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
 from autoconfig.inference.latency import latency
 from autoconfig.inference.memory import fits, memory_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
@@ -75,8 +75,11 @@ def ep_choices(model: ModelSpec, tp: int, replicas: int) -> list[int]:
     if not model.is_moe:
         return [1]
     stage_gpus = tp * replicas
-    return [1] + [e for e in range(2 * tp if tp == 1 else tp, stage_gpus + 1, tp)
-                  if e > 1 and stage_gpus % e == 0 and model.num_experts % e == 0]
+    experts = model.num_experts  # its divisors, not every multiple of tp up to the GPUs
+    divisors = {d for i in range(1, int(experts ** 0.5) + 1) if experts % i == 0
+                for d in (i, experts // i)}
+    return [1] + sorted(e for e in divisors
+                        if e > 1 and e % tp == 0 and stage_gpus % e == 0)
 
 
 def pp_choices(model: ModelSpec, max_pp: int) -> list[int]:
@@ -84,8 +87,8 @@ def pp_choices(model: ModelSpec, max_pp: int) -> list[int]:
 
 
 def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int) -> InferencePlanTable:
-    if max_batch < 1:
-        raise InputError(f"invalid --max-batch {max_batch}: must be at least 1")
+    if not 1 <= max_batch <= MAX_COUNT:
+        raise InputError(f"invalid --max-batch {shown(max_batch)}: must be from 1 to {MAX_COUNT}")
     gpus = cluster.num_gpus
     batches = [2 ** i for i in range(int(np.log2(max_batch)) + 1)]
     plans = [InferencePlan(t, p, b, gpus // (t * p), e)

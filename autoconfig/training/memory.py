@@ -28,7 +28,8 @@ from autoconfig.errors import CatalogError, InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import (ModelSpec, attention_extra_params, attention_linears,
                                    expert_params, layer_params, mlp_linears, moe_layer_params,
-                                   mtp_params, norm_params, router_params, shared_expert_params)
+                                   mtp_params, norm_params, router_params, shared_expert_params,
+                                   total_params)
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
@@ -444,6 +445,22 @@ def states_lower_bound(model: ModelSpec, workload: Workload, plans: PlanTable, *
                                   layers[stage], kinds[stage] if kinds else None))
         worst = np.maximum(worst, total)
     return worst * fragmentation + context
+
+
+def states_floor(model: ModelSpec, num_gpus: int, *,
+                 software: SoftwareFeatures | None = None, recipe: str | None = None) -> float:
+    """Device bytes that the most loaded GPU of any plan on ``num_gpus`` GPUs
+    needs at least (a lower bound of ``states_lower_bound`` for all of them):
+    every parameter's weight, gradient and optimizer state is held by some GPU,
+    so the most loaded one holds at least the average. One number, no plans:
+    lets the infeasible explanation skip cluster sizes without enumerating."""
+    constants = load_constants()
+    software = software or SoftwareFeatures()
+    states = _recipe(constants, recipe)
+    per_param = (states.weight_bytes + grad_bytes_per_param(states, software)
+                 + states.sharded_bytes)
+    fragmentation, context = constants.overhead_of(software.framework)
+    return total_params(model) * per_param / num_gpus * fragmentation + context
 
 
 def _fully_sharded_states(model: ModelSpec, plans: PlanTable, params, layers, shards,

@@ -14,7 +14,7 @@ import pandas as pd
 from autoconfig.training import memory
 
 from autoconfig.training import step_time as perf
-from autoconfig.errors import InfeasibleError, InputError
+from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import module_list
@@ -276,12 +276,20 @@ def _leanest(model, workload, cluster, choices, software) -> Plan | None:
         return None
     if len(space.plans) == 0:
         return None
-    mem = memory.memory_breakdown(model, workload, space.plans, software=software)
+    # As in ``search``: plans whose model states alone overflow cannot fit (the
+    # bound never drops one that does), so only the rest have activations counted;
+    # a large MoE model on a small cluster drops them all at a fraction of the cost.
+    maybe = memory.states_lower_bound(model, workload, space.plans,
+                                      software=software) <= memory.usable_bytes(cluster.gpu)
+    if not maybe.any():
+        return None
+    plans = space.plans.take(maybe) if not maybe.all() else space.plans
+    mem = memory.memory_breakdown(model, workload, plans, software=software)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
     if not fit.any():
         return None
     total = np.where(fit, np.asarray(mem.total_bytes, dtype=float), np.inf)
-    return space.plans.plan(int(np.argmin(total)))
+    return plans.plan(int(np.argmin(total)))
 
 
 def _relaxations(model, workload, cluster, choices: AxisChoices, software) -> list[str]:
@@ -314,13 +322,19 @@ def _nodes_that_fit(model, workload, cluster: Cluster, choices: AxisChoices,
     sizes = sorted({t * p * c for t in divisors(model.num_heads)
                     for p in divisors(model.num_layers) for c in (choices.cp or (1,))})
     trials = 0
-    for nodes in range(cluster.nodes + 1, cluster.nodes * MAX_NODE_FACTOR + 1):
+    most = min(cluster.nodes * MAX_NODE_FACTOR, MAX_COUNT // cluster.gpus_per_node)
+    for nodes in range(cluster.nodes + 1, most + 1):
         gpus = nodes * cluster.gpus_per_node
         # Cheap filter: some dp = gpus / (tp pp cp) must divide the batch.
         if not any(mp <= gpus and gpus % mp == 0 and gbs % (gpus // mp) == 0 for mp in sizes):
             continue
         trials += 1
-        if _leanest(model, workload, replace(cluster, nodes=nodes), choices, software) is not None:
+        # Cheaper still (same answer): the model states spread over every GPU must
+        # fit (not for FSDP, whose sharding of expert-parallel states counts less).
+        maybe = software.param_gathers_per_microbatch > 0 or memory.states_floor(
+            model, gpus, software=software) <= memory.usable_bytes(cluster.gpu)
+        if maybe and _leanest(model, workload, replace(cluster, nodes=nodes), choices,
+                              software) is not None:
             return nodes
         if trials >= MAX_NODE_TRIALS:
             break

@@ -527,12 +527,26 @@ def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Pla
                                                        "ep", "etp")}
     for reason, broken in structural_masks(model, workload, cluster.num_gpus, cols):
         if broken[0]:
-            raise InputError(f"invalid plan: {reason} ({_describe(plan, workload)})")
+            raise InputError(f"invalid plan: {reason} ({_describe(plan, workload)})"
+                             f"{_moe_allowed(reason, model, plan)}")
     if plan.recompute == "full":
         chunk = max(stage_layers(model.num_layers, plan)) // plan.vp
         if plan.recompute_num_layers > chunk:
             raise InputError(f"invalid recompute layers {plan.recompute_num_layers}: a model "
                              f"chunk has {chunk} layers (layers/(pp*vp))")
+
+
+def _moe_allowed(reason: str, model: ModelSpec, plan: Plan) -> str:
+    """What a user's plan may give instead, for the expert-parallel rules."""
+    allowed = {
+        R_EP_DENSE: f": {model.name} has no experts, give --ep 1 --etp 1",
+        R_EP_EXPERTS: f": ep must divide the {model.num_experts} experts",
+        R_ETP_FFN: f": etp must divide the expert ffn {model.moe_ffn_hidden_size}",
+        R_EP_FOLD: f": ep*etp = {plan.ep * plan.etp} must divide tp*cp*dp = "
+                   f"{plan.tp * plan.cp * plan.dp}",
+        R_MOE_SP: ": add --sp",
+    }
+    return allowed.get(reason, "")
 
 
 def dp_for(num_gpus: int, tp: int, pp: int, cp: int) -> int:
