@@ -252,3 +252,24 @@ def test_infer_spreads_experts_and_caches_mla_latents(tmp_path, capsys):
     m = get_model("deepseek-v3")
     latent = kv_bytes_per_token_per_gpu(m, np.array([8.0]), np.array([1.0]), 1)[0]
     assert latent == 61 * (512 + 64)   # DeepSeek-V2 Table 1: (d_c + d_h^R) per layer
+
+
+def test_fsdp_stacks_shard_whole_moe_layers_and_refuse_expert_parallelism(capsys):
+    m = get_model("deepseek-v3")
+    sw = load_stack("pytorch-fsdp").features
+    plan = PlanTable.from_plans([Plan(tp=1, pp=1, dp=32, mbs=1, recompute="full",
+                                      distributed_optimizer=True)])
+    b = memory.memory_breakdown(m, Workload(4096, 4096), plan, software=sw)
+    # FULL_SHARD keeps 1/32 of the fp32 master weights and Adam moments (12 B/param)
+    assert b.optimizer_bytes[0] == pytest.approx(12 * total_params(m) / 32, rel=0.01)
+    # the two gathered units are whole MoE layers (their 256 experts), not dense layers
+    assert b.weights_bytes[0] > 2 * 2 * 256 * 3 * 7168 * 2048
+    code, _, err = run_cli(["search", "--model", "mixtral", "--size", "8x7b", "--gpu", "h100",
+                            "--nodes", "4", "--stack", "pytorch-fsdp", "--ep", "2",
+                            "--no-plots"], capsys)
+    assert code == 2 and "cannot run ep 2" in err
+
+
+def test_kimi_k2_published_batch_is_whole_sequences(capsys):
+    code, out, _ = run_cli(["base", "--model", "kimi-k2", "--format", "json"], capsys)
+    assert json.loads(out)["training"]["global_batch_size"] == 16384

@@ -419,7 +419,7 @@ def _stage_states(model: ModelSpec, workload: Workload, plans: PlanTable, stage:
             plans.distributed_optimizer, states.sharded_bytes / edp, states.sharded_bytes)
     if software.param_gathers_per_microbatch > 0:
         weights, grads, optimizer = _fully_sharded_states(
-            model, plans, params, layers, shards, states, software)
+            model, plans, params, layers, shards, states, software, kinds)
     return weights, grads, optimizer
 
 
@@ -464,7 +464,7 @@ def states_floor(model: ModelSpec, num_gpus: int, *,
 
 
 def _fully_sharded_states(model: ModelSpec, plans: PlanTable, params, layers, shards,
-                          states: StateRecipe, software: SoftwareFeatures):
+                          states: StateRecipe, software: SoftwareFeatures, kinds=None):
     """(weights, gradients, optimizer) bytes per GPU under PyTorch FSDP (Zhao et al.
     2023, "PyTorch FSDP", Sec. 3; ``SoftwareFeatures.param_gathers_per_microbatch``).
 
@@ -475,7 +475,10 @@ def _fully_sharded_states(model: ModelSpec, plans: PlanTable, params, layers, sh
     after use, so the unit running and the one prefetched are held; SHARD_GRAD_OP
     (1 gather) keeps every unit from forward to backward. One unit's unsharded
     gradient waits for its reduce-scatter."""
-    unit = stage_params(model, plans.tp, np.ones_like(layers), "middle", plans.pp == 1)
+    # One layer's share (dense and MoE layers averaged over the stage): MoE layers
+    # hold their experts, which dwarf a dense layer.
+    unit = stage_params(model, plans.tp, layers, "middle", plans.pp == 1, plans.ep, plans.etp,
+                        kinds) / np.maximum(layers, 1.0)
     root = params - layers * unit
     full_shard = software.param_gathers_per_microbatch >= 2
     gathered = np.where(full_shard, root + np.minimum(layers, 2) * unit, params)

@@ -131,6 +131,12 @@ def runnable_choices(choices: AxisChoices, software: SoftwareFeatures,
             if asked is not None and max(asked) > 1:
                 raise cannot_run_error(stack, axis, f"{axis} {max(asked)}")
             changes[axis] = (1,)
+    if "ep" in cannot:
+        for axis in ("ep", "etp"):
+            asked = getattr(choices, axis)
+            if asked is not None and max(asked) > 1:
+                raise cannot_run_error(stack, "ep", f"{axis} {max(asked)}")
+            changes[axis] = (1,)
     if "sp" in cannot:
         if choices.sp == "on":
             raise cannot_run_error(stack, "sp", "sp")
