@@ -127,6 +127,8 @@ def test_args_parse_and_match_the_plan(name, data):
         assert (ns.decoder_first_pipeline_num_layers or 0) == p.first_stage_layers
         assert (ns.decoder_last_pipeline_num_layers or 0) == p.last_stage_layers
     assert ns.recompute_granularity == (None if p.recompute == "none" else p.recompute)
+    assert ns.recompute_modules == (p.recompute_modules.split(",") if p.recompute_modules
+                                    else None)
     if p.recompute == "full":
         assert ns.recompute_method == p.recompute_method
         assert ns.recompute_num_layers == spec.recompute_num_layers

@@ -357,6 +357,8 @@ def test_bridge_moe_values_match(name, monkeypatch):
     assert model.mtp_num_layers == (m.mtp_layers or None)
     own = spec.family.recipe_builds_model
     assert own == (m.name in _launch_data()["moe_recipes"])
+    if spec.plan.recompute == "selective":   # the plan's recompute modules, not the recipe's
+        assert model.recompute_modules == (spec.plan.recompute_modules or "core_attn").split(",")
     if own:
         # the recipe's own layout is replaced by the plan's (a layout only where
         # the plan's split needs one)

@@ -171,6 +171,11 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
     out += [
         ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
         ("model.recompute_granularity", None if p.recompute == "none" else p.recompute),
+    ]
+    if p.recompute == "selective":
+        # The recipe's own modules are replaced by the plan's (Megatron's default: core_attn).
+        out.append(("model.recompute_modules", (p.recompute_modules or "core_attn").split(",")))
+    out += [
         ("model.recompute_method", p.recompute_method if p.recompute == "full" else None),
         ("model.recompute_num_layers",
          spec.recompute_num_layers if p.recompute == "full" else None),

@@ -148,6 +148,8 @@ def parallel_args(spec: LaunchSpec) -> list[str]:
              "--global-batch-size", str(spec.workload.global_batch_size)]
     if plan.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
+        if plan.recompute_modules:  # '' is Megatron's default, core_attn
+            args += ["--recompute-modules", *plan.recompute_modules.split(",")]
     elif plan.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", plan.recompute_method,
                  "--recompute-num-layers", str(spec.recompute_num_layers)]

@@ -60,6 +60,10 @@ def not_written_reason(spec: LaunchSpec) -> str | None:
     if m.mtp_layers:
         return ("no nemo_overrides.txt: NeMo 1 builds no multi-token-prediction block "
                 "(megatron_gpt_model.py model_provider_func passes no mtp_block_spec)")
+    if p.recompute_modules:
+        return (f"no nemo_overrides.txt: NeMo 1 has no recompute modules (the plan recomputes "
+                f"{p.recompute_modules}; its activations_checkpoint_granularity selective "
+                "recomputes the attention core only)")
     if spec.moe is not None and p.etp != p.tp:
         return (f"no nemo_overrides.txt: the plan's expert tensor parallelism ({p.etp}) differs "
                 f"from TP ({p.tp}), and NeMo 1 initialises model parallelism without it "
