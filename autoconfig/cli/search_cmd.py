@@ -23,9 +23,8 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
     """The text the command prints: top plans, counts by reason, files."""
     from autoconfig.reports.search_report import rejection_lines, top_headers, top_rows
     from autoconfig.units import format_count
-    from autoconfig.core.model import total_params
+    from autoconfig.core.model import active_params, total_params
     m, c, w = result.model, result.cluster, result.workload
-    from autoconfig.core.model import active_params
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
     lines = [f"{m.name} ({format_count(total_params(m))} params{active}) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "

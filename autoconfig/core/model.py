@@ -322,11 +322,8 @@ def mlp_weight_params(m: ModelSpec) -> int:
 
 def expert_params(m: ModelSpec) -> int:
     """One routed expert: its MLP (and its biases where the model has them)."""
-    bias = 0
-    if m.has_bias:
-        up = 2 if m.mlp_kind == "swiglu" else 1
-        bias = up * m.moe_ffn_hidden_size + m.hidden_size
-    return sum(x.params for x in mlp_linears(m, m.moe_ffn_hidden_size)) + bias
+    return (sum(x.params for x in mlp_linears(m, m.moe_ffn_hidden_size))
+            + _mlp_bias_params(m, m.moe_ffn_hidden_size))
 
 
 def shared_expert_params(m: ModelSpec) -> int:
@@ -354,11 +351,12 @@ def attention_bias_params(m: ModelSpec) -> int:
         + m.hidden_size
 
 
-def layer_bias_params(m: ModelSpec) -> int:
+def _mlp_bias_params(m: ModelSpec, ffn: int) -> int:
+    """Biases of an MLP of width ffn where the model has biases: its up
+    projection's outputs (2 ffn with SwiGLU's gate) and the down projection's h."""
     if not m.has_bias:
         return 0
-    mlp_up = (2 if m.mlp_kind == "swiglu" else 1) * m.ffn_hidden_size
-    return attention_bias_params(m) + mlp_up + m.hidden_size
+    return (2 if m.mlp_kind == "swiglu" else 1) * ffn + m.hidden_size
 
 
 def attention_block_params(m: ModelSpec) -> int:
@@ -370,10 +368,8 @@ def attention_block_params(m: ModelSpec) -> int:
 
 def layer_params(m: ModelSpec) -> int:
     """Parameters of one dense transformer layer (GPT-3: 12h^2 + 13h)."""
-    mlp_bias = 0
-    if m.has_bias:
-        mlp_bias = (2 if m.mlp_kind == "swiglu" else 1) * m.ffn_hidden_size + m.hidden_size
-    return attention_block_params(m) + mlp_weight_params(m) + mlp_bias
+    return (attention_block_params(m) + mlp_weight_params(m)
+            + _mlp_bias_params(m, m.ffn_hidden_size))
 
 
 def moe_layer_params(m: ModelSpec) -> int:

@@ -144,13 +144,6 @@ class Plan:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 
-    @property
-    def edp(self) -> int:
-        """Expert data-parallel size: the ranks of one stage (tp*cp*dp) folded
-        into ep x etp x edp. 0 when they do not fold (an invalid plan)."""
-        stage = self.tp * self.cp * self.dp
-        return stage // (self.ep * self.etp) if stage % (self.ep * self.etp) == 0 else 0
-
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -230,6 +223,13 @@ class PlanTable:
 
     def recompute_is(self, kind: str) -> np.ndarray:
         return self.recompute == RECOMPUTE_KINDS.index(kind)
+
+    @property
+    def edp(self) -> np.ndarray:
+        """Expert data-parallel size of every plan: the ranks of one stage
+        (tp*cp*dp) folded into ep x etp x edp (megatron-core
+        ``initialize_model_parallel``); float, as the formulas use it."""
+        return self.tp * self.cp * self.dp / (self.ep * self.etp)
 
     def recomputes(self, module: str) -> np.ndarray:
         """Plans whose selective recompute includes ``module``."""

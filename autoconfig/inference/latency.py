@@ -58,6 +58,7 @@ import numpy as np
 from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
+                                   attention_weight_params, layer_matmul_flops_per_token,
                                    logits_flops_per_token)
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
@@ -143,11 +144,9 @@ def _stage_times(model: ModelSpec, workload: InferenceWorkload, plans: Inference
 
 
 def _moe_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs of an MoE block per token: router, top-k experts, shared."""
-    up = 2 if model.mlp_kind == "swiglu" else 1
-    per_expert = 2.0 * (up + 1) * model.hidden_size * model.moe_ffn_hidden_size
-    shared = 2.0 * (up + 1) * model.hidden_size * model.moe_shared_expert_ffn_hidden_size
-    return (2.0 * model.hidden_size * model.num_experts + model.moe_topk * per_expert + shared)
+    """Forward FLOPs of an MoE block per token (router, top-k experts, shared):
+    an MoE layer's weight-matmul FLOPs less its attention's."""
+    return layer_matmul_flops_per_token(model, "moe") - 2.0 * attention_weight_params(model)
 
 
 def _untouched_expert_bytes(model: ModelSpec, plans: InferencePlanTable, nbytes: int, tokens):

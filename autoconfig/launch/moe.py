@@ -10,6 +10,7 @@ TP communication overlap without sequence parallelism.
 """
 
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan
@@ -108,13 +109,7 @@ class MoeLaunch:
 
 def _runs(pattern: tuple[int, ...]) -> list[tuple[int, int]]:
     """(value, run length) of consecutive equal values."""
-    runs: list[tuple[int, int]] = []
-    for value in pattern:
-        if runs and runs[-1][0] == value:
-            runs[-1] = (value, runs[-1][1] + 1)
-        else:
-            runs.append((value, 1))
-    return runs
+    return [(value, len(list(run))) for value, run in groupby(pattern)]
 
 
 def a2a_overlap_blocker(model: ModelSpec, plan: Plan, dispatcher: str) -> str | None:

@@ -26,9 +26,11 @@ from autoconfig.training.activations import (chunks_in_flight, layer_activation_
                                     recompute_transient_bytes)
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.core.hardware import GPU
-from autoconfig.core.model import (ModelSpec, attention_extra_params, attention_linears,
-                                   expert_params, layer_params, mlp_linears, moe_layer_params,
-                                   mtp_params, norm_params, router_params, shared_expert_params,
+from autoconfig.core.model import (ModelSpec, attention_block_params, attention_extra_params,
+                                   attention_linears,
+                                   expert_params, kind_params, layer_params, mlp_linears,
+                                   mtp_kind, mtp_params, norm_params, router_params,
+                                   shared_expert_params,
                                    total_params)
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
@@ -148,8 +150,7 @@ def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
     over ep (E/ep experts a rank) and each expert over etp (megatron-core
     ``SequentialMLP``/``TEGroupedMLP`` with expert tensor parallelism)."""
     replicated = _replicated_layer_params(model)
-    attention = moe_layer_params(model) - model.num_experts * expert_params(model) \
-        - router_params(model) - shared_expert_params(model)
+    attention = attention_block_params(model)
     non_expert = (attention - replicated) / tp + replicated + router_params(model) \
         + shared_expert_params(model) / tp
     expert = model.num_experts / np.asarray(ep, dtype=float) * expert_params(model) / etp
@@ -157,13 +158,13 @@ def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
 
 
 def stage_params(model: ModelSpec, tp, layers, stage: str, single, ep=1, etp=1,
-                 kinds: dict | None = None, with_experts: bool = True):
+                 kinds: dict | None = None):
     """Parameters one GPU of the first, a middle or the last pipeline stage holds.
 
     ``layers`` is that stage's transformer layer count and ``single`` marks pp = 1;
     ``kinds`` (``stage_kind_columns`` of the stage) splits them into dense and MoE
-    layers (default: all dense). ``with_experts`` False leaves out the routed
-    experts (``stage_expert_params``), which shard over another group.
+    layers (default: all dense); ``stage_expert_params`` is the routed experts'
+    part, which the optimizer shards over another group.
     Megatron TP sharding: matmul weights and column-parallel biases split
     over TP; the two norms and the row-parallel biases (attention output,
     MLP output) are replicated. Word embeddings are vocab-parallel (V h / t)
@@ -175,14 +176,14 @@ def stage_params(model: ModelSpec, tp, layers, stage: str, single, ep=1, etp=1,
     h = model.hidden_size
     kinds = kinds or {"dense": layers, "moe": 0.0}
     non_expert, expert = moe_layer_params_per_gpu(model, tp, ep, etp)
-    params = kinds["dense"] * dense_layer_params_per_gpu(model, tp) + kinds["moe"] * (
-        non_expert + (expert if with_experts else 0.0))
+    params = (kinds["dense"] * dense_layer_params_per_gpu(model, tp)
+              + kinds["moe"] * (non_expert + expert))
     word = model.vocab_size * h / tp
     positions = model.seq_len * h if model.position_embedding == "learned" else 0
     output = 0.0 if model.tied_embeddings else word
     if stage == "middle":
         return params
-    mtp = _mtp_params_per_gpu(model, tp, ep, etp, with_experts)
+    mtp = _mtp_params_per_gpu(model, tp, ep, etp)
     if stage == "first":
         return params + word + positions + np.where(single, norm_params(model) + output + mtp,
                                                     0.0)
@@ -190,18 +191,16 @@ def stage_params(model: ModelSpec, tp, layers, stage: str, single, ep=1, etp=1,
     return params + norm_params(model) + word + mtp + np.where(single, positions + output, 0.0)
 
 
-def _mtp_params_per_gpu(model: ModelSpec, tp, ep, etp, with_experts: bool):
+def _mtp_params_per_gpu(model: ModelSpec, tp, ep, etp):
     """The MTP modules on the last stage (megatron-core places them there)."""
     if not model.mtp_layers:
         return 0.0
     h = model.hidden_size
-    layer = model.layer_pattern[-1]
-    if layer == "moe":
-        non_expert, expert = moe_layer_params_per_gpu(model, tp, ep, etp)
-        body = non_expert + (expert if with_experts else 0.0)
-    else:
-        body = dense_layer_params_per_gpu(model, tp)
-    extra = mtp_params(model) - (moe_layer_params(model) if layer == "moe" else layer_params(model))
+    kind = mtp_kind(model)
+    body = (sum(moe_layer_params_per_gpu(model, tp, ep, etp)) if kind == "moe"
+            else dense_layer_params_per_gpu(model, tp))
+    # Beside its layer: norms (whole on every rank) and the 2h x h projection (split).
+    extra = mtp_params(model) - kind_params(model, kind)
     return model.mtp_layers * (body + (extra - 2 * h * h) + 2 * h * h / tp)
 
 
@@ -210,7 +209,7 @@ def stage_expert_params(model: ModelSpec, ep, etp, kinds: dict, stage: str, sing
     if not model.is_moe:
         return 0.0
     _, expert = moe_layer_params_per_gpu(model, 1, ep, etp)
-    mtp = model.mtp_layers if model.layer_pattern[-1] == "moe" else 0
+    mtp = model.mtp_layers if mtp_kind(model) == "moe" else 0
     holds_mtp = single if stage != "last" else True
     return (kinds["moe"] + np.where(holds_mtp, mtp, 0)) * expert
 
@@ -414,9 +413,8 @@ def _stage_states(model: ModelSpec, workload: Workload, plans: PlanTable, stage:
         # The distributed optimizer shards routed experts over the expert
         # data-parallel group (tp*cp*dp/(ep*etp) ranks), the rest over dp*cp.
         expert = stage_expert_params(model, plans.ep, plans.etp, kinds, stage, single)
-        edp = plans.tp * plans.cp * plans.dp / (plans.ep * plans.etp)
         optimizer = (params - expert) * sharded + expert * np.where(
-            plans.distributed_optimizer, states.sharded_bytes / edp, states.sharded_bytes)
+            plans.distributed_optimizer, states.sharded_bytes / plans.edp, states.sharded_bytes)
     if software.param_gathers_per_microbatch > 0:
         weights, grads, optimizer = _fully_sharded_states(
             model, plans, params, layers, shards, states, software, kinds)

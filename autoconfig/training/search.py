@@ -207,9 +207,8 @@ def _take(breakdown, index):
 def _module_lists(plans: PlanTable) -> np.ndarray:
     """Each plan's recompute modules as text ('' unless selective with modules)."""
     masks = np.where(plans.recompute_is("selective"), plans.recompute_modules, 1)
-    names = {int(m): module_list(int(m)) for m in np.unique(masks)}
-    return np.array([names[int(m)] for m in masks], dtype=object) if len(names) > 1 else \
-        np.full(len(masks), next(iter(names.values()), ""), dtype=object)
+    distinct, index = np.unique(masks, return_inverse=True)
+    return np.array([module_list(int(m)) for m in distinct], dtype=object)[index]
 
 
 def _table(plans: PlanTable, workload: Workload, mem, times) -> pd.DataFrame:

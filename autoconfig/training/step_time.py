@@ -34,11 +34,11 @@ import numpy as np
 
 from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p2p_s,
                                   ring_allreduce_s)
-from autoconfig.training.activations import moe_split_width
+from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
 from autoconfig.core.model import (Linear, ModelSpec, attention_linears, embedding_params,
-                                   layer_params, mlp_linears, model_flops_per_token,
+                                   layer_params, mlp_linears, model_flops_per_token, mtp_kind,
                                    output_layer_params)
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
@@ -213,9 +213,9 @@ def _linear_gemm(x: Linear, t):
 
 
 def _layer_gemms(model: ModelSpec, t, ffn: int | None = None):
-    """(flops per token per GPU, N, K) of the weight GEMMs of one layer: the
-    attention's (GQA: QKV h x (h + 2 kv_h) / t and projection h/t x h) and an
-    MLP of width ``ffn`` (default the dense FFN; 0: none): up h x u f / t with
+    """(flops per token per GPU, N, K, M scale) (``_linear_gemm``) of the weight
+    GEMMs of one layer: the attention's (GQA: QKV h x (h + 2 kv_h) / t and
+    projection h/t x h) and an MLP of width ``ffn`` (default the dense FFN; 0: none): up h x u f / t with
     u = 2 for SwiGLU, down f/t x h. Megatron column/row parallel layers
     (Shoeybi et al. 2019, Sec. 3)."""
     ffn = model.ffn_hidden_size if ffn is None else ffn
@@ -260,9 +260,9 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
                  "moe": _forward_times(model, workload, plans, gpu, c, sw, "moe", cluster)}
         kinds = stage_kind_columns(model, pp, plans.first_stage_layers, plans.last_stage_layers)
         # The MTP modules run on the stage that holds the output layer.
-        mtp_kind = model.layer_pattern[-1]
+        kind = mtp_kind(model)
         for name, holds in (("first", single), ("middle", single), ("last", True)):
-            kinds[name][mtp_kind] = kinds[name][mtp_kind] + np.where(holds, model.mtp_layers, 0)
+            kinds[name][kind] = kinds[name][kind] + np.where(holds, model.mtp_layers, 0)
     else:
         times = _forward_times(model, workload, plans, gpu, c, sw)
 
@@ -299,11 +299,10 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
         dp_comm = micro * _sharded_dp_comm_per_microbatch(
             model, cluster, c, sw, t, cp, dp, layers, params + experts, window_s=last["total"])
     else:
-        dp_comm = _dp_comm(cluster, c, sw, plans, t, cp, dp, params,
-                           backward_window_s=last["backward"])
+        dp_comm = _dp_comm(cluster, c, sw, plans, params, dp * cp, t, last["backward"])
         if model.is_moe:
-            dp_comm = dp_comm + _expert_dp_comm(cluster, c, sw, plans, experts,
-                                                backward_window_s=last["backward"])
+            dp_comm = dp_comm + _dp_comm(cluster, c, sw, plans, experts, plans.edp,
+                                         plans.ep * plans.etp, last["backward"])
     optimizer = _optimizer_s(c, plans, t, cp, dp, params, experts, hbm)
 
     step = micro * pick["total"] + bubble + pp_p2p + dp_comm + optimizer
@@ -477,7 +476,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     factor = c.elementwise_traffic_factor / hbm
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8
-    extra = {}
+    extra, traffic = {}, 0.0
     if kind == "moe":
         block = _moe_block_times(model, workload, plans, cluster, c, sw, gemm, fp8, tokens)
         weight_gemm = weight_gemm + block["gemm"]
@@ -486,10 +485,9 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         # own traffic is counted at streaming speed (``_routed_copy_bytes``).
         moe_bytes = -_dense_mlp_bytes(model, tokens, t, plans.sp)
         linear, total = linear + moe_bytes, total + moe_bytes
-        weight_gemm_and_traffic = block["traffic_s"]
+        traffic = block["traffic_s"]
         extra = {"ep_comm": block["ep_comm"]}
         gemms = gemms + [block["up_gemm"]]
-    traffic = weight_gemm_and_traffic if kind == "moe" else 0.0
     return {**extra, "layer": weight_gemm + traffic + attn + factor * total, "attention": attn,
             "mla_up": mla_up, "mlp_fwd": mlp_fwd,
             "attention_backward": attn_bwd, "weight_gemm": weight_gemm,
@@ -527,8 +525,8 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
     busiest rank's load (``SoftwareFeatures.moe_expert_load``). The router's h x E GEMM runs on
     every rank's tokens; the shared experts are a dense MLP split over tp.
 
-    Bytes: the MoE layer's stored activations (``moe_split_width``), which its
-    router, permute, activation and unpermute kernels write and read.
+    Traffic (``traffic_s``): what the permute, activation, FP8-cast and unpermute
+    kernels stream per routed copy (``_routed_copy_bytes``) at HBM speed.
 
     Token traffic (``ep_comm``, dispatch and combine of one forward): with the
     all-to-all dispatchers each rank sends each of its copies to the rank of
@@ -559,13 +557,10 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
         shared = mlp_linears(model, model.moe_shared_expert_ffn_hidden_size)
         shared_up, shared_down = (gemm(fl, n, kk, m=tokens * scale) / fp8
                                   for fl, n, kk, scale in (_linear_gemm(x, t) for x in shared))
-    replicated = 4.0 * h  # the second norm's input and the router/shared-expert input
-    block_bytes = tokens * (np.where(plans.sp, replicated / t, replicated)
-                            + moe_split_width(model, workload.precision == "fp8", etp) / t)
     hbm = cluster.gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
     traffic = copies * _routed_copy_bytes(model, workload.precision == "fp8", etp) * load / hbm
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
-            "up_gemm": expert_up + shared_up, "bytes": block_bytes, "traffic_s": traffic,
+            "up_gemm": expert_up + shared_up, "traffic_s": traffic,
             "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp)}
 
 
@@ -744,52 +739,32 @@ def _stage_params_per_gpu(model: ModelSpec, t, layers, plans: PlanTable, kinds=N
     output = (output_layer_params(model) or embedding_params(model)) / t
     if not model.is_moe:
         return layers * layer_params(model) / t + output, 0.0
-    from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
     non_expert, expert = moe_layer_params_per_gpu(model, t, plans.ep, plans.etp)
     return (kinds["dense"] * dense_layer_params_per_gpu(model, t) + kinds["moe"] * non_expert
             + output, kinds["moe"] * expert)
 
 
-def _dp_comm(cluster, c, sw, plans, t, cp, dp, params, backward_window_s):
-    """Exposed data-parallel gradient reduction (+ distributed-optimizer gather).
+def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s):
+    """Exposed data-parallel gradient reduction (+ distributed-optimizer gather)
+    of ``params`` per GPU over a group of ``group`` ranks ``stride`` apart.
 
-    Without the distributed optimizer: all-reduce of the stage's gradients
+    Without the distributed optimizer: all-reduce of the gradients
     (``grad_reduce_bytes`` each). With it (Megatron distributed optimizer,
     ZeRO-1 like): reduce-scatter of the gradients plus all-gather of the bf16
-    parameters, each half an all-reduce of its bytes. The group spans dp*cp
-    ranks at stride t. With --overlap-grad-reduce the buckets go out while the
-    last micro-batch's backward runs, so only the part longer than that
+    parameters, each half an all-reduce of its bytes. Dense parameters reduce
+    over dp*cp ranks at stride t; routed experts over their expert data-parallel
+    group, tp*cp*dp/(ep*etp) ranks at stride ep*etp (megatron-core's expert rank
+    order etp-ep-edp-pp). With --overlap-grad-reduce the buckets go out while
+    the last micro-batch's backward runs, so only the part longer than that
     backward is exposed; without it all of it is.
     """
     gpu = cluster.gpu
-    group = dp * cp
-    k = members_in_domain(group, t, cluster.nvlink_domain_gpus)
+    k = members_in_domain(group, stride, cluster.nvlink_domain_gpus)
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     grads = hierarchical_allreduce_s(params * sw.grad_reduce_bytes, group, k, nv, ib,
                                      c.comm_latency_s)
     gather = hierarchical_allreduce_s(params * BF16_BYTES, group, k, nv, ib, c.comm_latency_s)
-    comm = np.where(plans.distributed_optimizer, 0.5 * grads + 0.5 * gather, grads)
-    if sw.overlap_grad_reduce:
-        return np.maximum(0.0, comm - backward_window_s)
-    return comm
-
-
-def _expert_dp_comm(cluster, c, sw, plans, expert_params, backward_window_s):
-    """Exposed gradient reduction of the routed experts: the same collectives as
-    ``_dp_comm`` over the expert data-parallel group, tp*cp*dp/(ep*etp) ranks at
-    stride ep*etp (megatron-core's expert rank order etp-ep-edp-pp), sharing the
-    backward window the dense gradients overlap with."""
-    gpu = cluster.gpu
-    stride = plans.ep * plans.etp
-    group = plans.tp * plans.cp * plans.dp / stride
-    k = members_in_domain(group, stride, cluster.nvlink_domain_gpus)
-    nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
-    ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
-    grads = hierarchical_allreduce_s(expert_params * sw.grad_reduce_bytes, group, k, nv, ib,
-                                     c.comm_latency_s)
-    gather = hierarchical_allreduce_s(expert_params * BF16_BYTES, group, k, nv, ib,
-                                      c.comm_latency_s)
     comm = np.where(plans.distributed_optimizer, 0.5 * grads + 0.5 * gather, grads)
     if sw.overlap_grad_reduce:
         return np.maximum(0.0, comm - backward_window_s)
@@ -834,7 +809,6 @@ def _optimizer_s(c, plans, t, cp, dp, params, experts, hbm_bytes_per_s):
     """Adam step: memory bound, ``optimizer_bytes_per_param`` per parameter of
     this GPU's shard (sharded over dp*cp by the distributed optimizer, routed
     experts over their expert data-parallel group)."""
-    edp = t * cp * dp / (plans.ep * plans.etp)
-    shard = np.where(plans.distributed_optimizer, params / (dp * cp) + experts / edp,
+    shard = np.where(plans.distributed_optimizer, params / (dp * cp) + experts / plans.edp,
                      params + experts)
     return shard * c.optimizer_bytes_per_param / hbm_bytes_per_s
