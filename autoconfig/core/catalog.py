@@ -24,8 +24,9 @@ _MODEL_OPTIONAL_INTS = ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_h
                         "qk_rope_head_dim", "v_head_dim", "num_experts", "moe_topk",
                         "moe_ffn_hidden_size", "moe_shared_expert_ffn_hidden_size",
                         "moe_first_dense_layers", "moe_layer_freq", "mtp_layers",
-                        "sliding_window")
-"""Mixture-of-experts, multi-latent attention and head-width fields (``ModelSpec``)."""
+                        "sliding_window", "decoder_layers", "decoder_seq_len")
+"""Mixture-of-experts, multi-latent attention, head-width and encoder-decoder
+fields (``ModelSpec``)."""
 
 
 def gpu_from_yaml(path: Path) -> GPU:
@@ -80,7 +81,8 @@ def model_from_yaml(path: Path) -> ModelSpec:
             not str(data.get("published_batch_tokens_source", "")).strip():
         raise CatalogError(f"{path}: published_batch_tokens has no "
                            "published_batch_tokens_source")
-    missing = [key for key in _MODEL_INTS if key not in data and key != "num_kv_heads"]
+    missing = [key for key in _MODEL_INTS if key not in data and key != "num_kv_heads"
+               and not (key == "num_layers" and "encoder_layers" in data)]
     if missing:
         raise CatalogError(f"{path}: missing field(s) {', '.join(missing)}")
     _schedule_of(data, path)
@@ -90,6 +92,7 @@ def model_from_yaml(path: Path) -> ModelSpec:
 def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
     """Build a ModelSpec from a plain mapping (a catalog file or inline flags)."""
     values = {}
+    data = _with_stack_layers(data, where)
     for key in _MODEL_INTS:
         raw = data.get(key, data.get("num_heads") if key == "num_kv_heads" else None)
         if isinstance(raw, bool) or not isinstance(raw, int):
@@ -105,6 +108,23 @@ def model_from_mapping(data: dict, default_name: str, where: str) -> ModelSpec:
         return _spec_from_mapping(data, default_name, where, values)
     except InputError as exc:  # the shape's own checks: name the file (or inline shape)
         raise type(exc)(f"{where}: {exc}") from None
+
+
+def _with_stack_layers(data: dict, where: str) -> dict:
+    """An encoder-decoder file gives ``encoder_layers`` and ``decoder_layers``
+    (as Megatron's --encoder-num-layers/--decoder-num-layers); the stack's
+    ``num_layers`` is their sum. Giving num_layers too must agree."""
+    if "encoder_layers" not in data:
+        return data
+    enc, dec = data.get("encoder_layers"), data.get("decoder_layers")
+    for key, raw in (("encoder_layers", enc), ("decoder_layers", dec)):
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            raise CatalogError(f"{where}: field {key!r} must be a positive integer, "
+                               f"got {shown(raw)}")
+    if "num_layers" in data and data["num_layers"] != enc + dec:
+        raise CatalogError(f"{where}: num_layers {shown(data['num_layers'])} is not "
+                           f"encoder_layers + decoder_layers ({enc + dec}); give only the two")
+    return {**data, "num_layers": enc + dec}
 
 
 def _spec_from_mapping(data: dict, default_name: str, where: str, values: dict) -> ModelSpec:

@@ -2,11 +2,17 @@
 
 A model is a stack of layer kinds (``layer_pattern``): ``dense`` layers
 (attention and an MLP) and ``moe`` layers (attention, a router, routed experts
-and optional shared experts). Each layer's attention is either grouped-query
+and optional shared experts) for decoder-only models; ``encoder`` layers
+(bidirectional self-attention and an MLP over the encoder's tokens) and
+``decoder`` layers (causal self-attention over the decoder's tokens,
+cross-attention whose keys and values come from the encoder output, and an
+MLP) for encoder-decoder models such as T5 (Raffel et al. 2020, arXiv
+1910.10683, Sec. 2.1) as megatron-core's ``T5Model`` builds them. Each layer's attention is either grouped-query
 attention (``gqa``: Q, K, V and output projections; plain multi-head attention
 when ``num_kv_heads == num_heads``) or DeepSeek's multi-latent attention
 (``mla``: low-rank Q and KV projections, DeepSeek-V2 arXiv 2405.04434 Sec.
-2.1). The MLP is GeLU (2 matrices) or SwiGLU (3 matrices); two norms per
+2.1). The MLP is GeLU (2 matrices) or gated, SwiGLU, GeGLU or ReGLU (3
+matrices; Shazeer 2020, arXiv 2002.05202); two norms per
 layer, a final norm, token embeddings, optional learned position embeddings,
 an output layer that may be tied to the embeddings, and optional
 multi-token-prediction modules (DeepSeek-V3 arXiv 2412.19437 Sec. 2.2).
@@ -18,12 +24,18 @@ from functools import cached_property
 
 from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, InputError, shown
 
-MLP_KINDS = ("gelu", "swiglu")
+MLP_KINDS = ("gelu", "swiglu", "geglu", "reglu")
+GATED_MLP_KINDS = ("swiglu", "geglu", "reglu")
+"""MLPs whose up projection is two matrices (the gate and the value)."""
 NORM_KINDS = ("layernorm", "rmsnorm")
-POSITION_KINDS = ("learned", "rope")
+POSITION_KINDS = ("learned", "rope", "relative")
 ATTENTION_KINDS = ("gqa", "mla")
-LAYER_KINDS = ("dense", "moe")
+LAYER_KINDS = ("dense", "moe", "encoder", "decoder")
 """Kinds of layer a model's stack is made of (``ModelSpec.layer_pattern``)."""
+RELATIVE_ATTENTION_BUCKETS = 32
+"""Buckets of a relative position bias table (one learned scalar per bucket
+and head): T5's 32 (Raffel et al. 2020 Sec. 2.1), Megatron-LM's
+--relative-attention-num-buckets default."""
 MAX_PARAMS = 10 ** 15
 """Largest model autoconfig describes (a thousand times the largest trained):
 every field may be within its bound while their product is not, and the
@@ -37,17 +49,23 @@ MLA_ONLY_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_hea
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The shape of a decoder-only transformer."""
+    """The shape of a transformer: decoder-only, or encoder-decoder when
+    ``decoder_layers`` is set."""
 
     name: str
     num_layers: int
+    """Transformer layers of the whole stack; an encoder-decoder model counts
+    its encoder's and its decoder's layers together (``encoder_layers`` +
+    ``decoder_layers``), the order the layers run in."""
     hidden_size: int
     num_heads: int
     num_kv_heads: int
     ffn_hidden_size: int
     vocab_size: int
     seq_len: int
-    """Default training sequence length in tokens."""
+    """Default training sequence length in tokens (encoder-decoder: the
+    encoder's; its tokens are the ones a step's tokens count, as NeMo's
+    tools count T5's)."""
     mlp_kind: str = "gelu"
     norm_kind: str = "layernorm"
     position_embedding: str = "learned"
@@ -107,14 +125,22 @@ class ModelSpec:
     each one MoE layer plus its norms and a 2h x h projection; they share the
     embedding and the output layer with the main model."""
 
+    decoder_layers: int = 0
+    """Decoder layers of an encoder-decoder model (T5: as many as the
+    encoder); 0: a decoder-only model."""
+    decoder_seq_len: int = 0
+    """Decoder tokens per sample of an encoder-decoder model (T5 pre-training:
+    128 targets for 512 inputs); 0 for decoder-only models."""
+
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
                       "ffn_hidden_size", "vocab_size", "seq_len"):
             _check_int(self.name, field, getattr(self, field), 1,
                        MAX_SEQ_LEN if field == "seq_len" else MAX_COUNT)
-        if self.hidden_size % self.num_heads:
+        if self.hidden_size % self.num_heads and not (
+                isinstance(self.kv_channels, int) and self.kv_channels > 0):
             raise InputError(f"invalid heads {self.num_heads} for model {self.name!r}: "
-                             f"must divide hidden size {self.hidden_size}")
+                             f"must divide hidden size {self.hidden_size} (or give kv_channels)")
         if self.num_heads % self.num_kv_heads:
             raise InputError(f"invalid kv heads {self.num_kv_heads} for model {self.name!r}: "
                              f"must divide heads {self.num_heads}")
@@ -143,6 +169,7 @@ class ModelSpec:
                       "moe_first_dense_layers", "mtp_layers"):
             _check_int(self.name, field, getattr(self, field), 0, MAX_COUNT)
         _check_int(self.name, "sliding_window", self.sliding_window, 0, MAX_SEQ_LEN)
+        self._check_encoder_decoder()
         _check_int(self.name, "moe_layer_freq", self.moe_layer_freq, 1, MAX_COUNT)
         if self.num_experts:
             if not 1 <= self.moe_topk <= self.num_experts:
@@ -180,6 +207,42 @@ class ModelSpec:
         if params > MAX_PARAMS:
             raise InputError(f"model {self.name!r} has {params:.3g} parameters: autoconfig "
                              f"describes models of at most {MAX_PARAMS:.0e}")
+
+    def _check_encoder_decoder(self) -> None:
+        """Decoder layers and length together, a dense GQA encoder-decoder; a
+        relative position bias only where megatron-core has one (T5)."""
+        _check_int(self.name, "decoder_layers", self.decoder_layers, 0, MAX_COUNT)
+        _check_int(self.name, "decoder_seq_len", self.decoder_seq_len, 0, MAX_SEQ_LEN)
+        if not self.decoder_layers:
+            if self.decoder_seq_len:
+                raise InputError(f"model {self.name!r} gives decoder_seq_len without "
+                                 "decoder_layers: an encoder-decoder model needs both")
+            if self.position_embedding == "relative":
+                raise InputError(f"invalid position_embedding 'relative' for model "
+                                 f"{self.name!r}: megatron-core has a relative position bias "
+                                 "only for encoder-decoder (T5) models; allowed are learned, rope")
+            return
+        if self.decoder_layers >= self.num_layers:
+            raise InputError(f"invalid decoder_layers {self.decoder_layers} for model "
+                             f"{self.name!r}: must be below the {self.num_layers} layers of the "
+                             "whole stack (encoder and decoder)")
+        if self.decoder_seq_len < 1:
+            raise InputError(f"model {self.name!r} has decoder layers but no decoder_seq_len: "
+                             "give the decoder's tokens per sample (T5: 128)")
+        given = [f for f in ("num_experts", "mtp_layers", "kv_lora_rank", "sliding_window")
+                 if getattr(self, f)]
+        if given:
+            raise InputError(f"model {self.name!r}: encoder-decoder models are dense with "
+                             f"multi-head attention here; drop {', '.join(given)}")
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.decoder_layers > 0
+
+    @property
+    def encoder_layers(self) -> int:
+        """Encoder layers of an encoder-decoder model (0 for decoder-only)."""
+        return self.num_layers - self.decoder_layers if self.decoder_layers else 0
 
     @property
     def head_dim(self) -> int:
@@ -223,6 +286,8 @@ class ModelSpec:
         """The kind of every layer, first to last (``LAYER_KINDS``): dense models
         are all ``dense``; MoE models have ``moe_first_dense_layers`` dense layers,
         then every ``moe_layer_freq``-th layer MoE (Megatron --moe-layer-freq)."""
+        if self.is_encoder_decoder:
+            return ("encoder",) * self.encoder_layers + ("decoder",) * self.decoder_layers
         if not self.is_moe:
             return ("dense",) * self.num_layers
         first = self.moe_first_dense_layers
@@ -289,9 +354,9 @@ def attention_linears(m: ModelSpec) -> tuple[Linear, ...]:
 
 
 def mlp_linears(m: ModelSpec, ffn: int, prefix: str = "mlp") -> tuple[Linear, ...]:
-    """An MLP of width ``ffn``: up (h x ffn, or h x 2 ffn fusing SwiGLU's gate) and
-    down (ffn x h)."""
-    up = 2 if m.mlp_kind == "swiglu" else 1
+    """An MLP of width ``ffn``: up (h x ffn, or h x 2 ffn fusing a gated MLP's
+    gate) and down (ffn x h)."""
+    up = 2 if m.mlp_kind in GATED_MLP_KINDS else 1
     return (Linear(f"{prefix}_up", m.hidden_size, up * ffn, "column"),
             Linear(f"{prefix}_down", ffn, m.hidden_size, "row"))
 
@@ -316,7 +381,7 @@ def _norm_width(m: ModelSpec) -> int:
 
 
 def mlp_weight_params(m: ModelSpec) -> int:
-    """GeLU: up and down (2 h f); SwiGLU: gate, up and down (3 h f)."""
+    """GeLU: up and down (2 h f); gated (SwiGLU, GeGLU, ReGLU): gate, up and down (3 h f)."""
     return sum(x.params for x in mlp_linears(m, m.ffn_hidden_size))
 
 
@@ -356,7 +421,7 @@ def _mlp_bias_params(m: ModelSpec, ffn: int) -> int:
     projection's outputs (2 ffn with SwiGLU's gate) and the down projection's h."""
     if not m.has_bias:
         return 0
-    return (2 if m.mlp_kind == "swiglu" else 1) * ffn + m.hidden_size
+    return (2 if m.mlp_kind in GATED_MLP_KINDS else 1) * ffn + m.hidden_size
 
 
 def attention_block_params(m: ModelSpec) -> int:
@@ -385,9 +450,32 @@ def moe_layer_active_params(m: ModelSpec) -> int:
             + shared_expert_params(m))
 
 
+def cross_attention_linears(m: ModelSpec) -> tuple[Linear, ...]:
+    """A decoder layer's cross-attention (megatron-core ``CrossAttention``): the
+    query from the decoder (h x q) and the keys and values from the encoder
+    output (h x 2 kv), both column-parallel, and the output projection (q x h)
+    row-parallel."""
+    h = m.hidden_size
+    return (Linear("cross_q", h, m.q_width, "column"),
+            Linear("cross_kv", h, 2 * m.kv_hidden_size, "column"),
+            Linear("cross_proj", m.q_width, h, "row"))
+
+
+def cross_attention_params(m: ModelSpec) -> int:
+    """Cross-attention of one decoder layer: weights, biases where the model has
+    them, and the norm before it."""
+    linears = cross_attention_linears(m)
+    bias = sum(x.out_features for x in linears) if m.has_bias else 0
+    return sum(x.params for x in linears) + bias + norm_params(m)
+
+
 def kind_params(m: ModelSpec, kind: str) -> int:
     """Parameters of one layer of a kind (``LAYER_KINDS``)."""
-    return moe_layer_params(m) if kind == "moe" else layer_params(m)
+    if kind == "moe":
+        return moe_layer_params(m)
+    if kind == "decoder":
+        return layer_params(m) + cross_attention_params(m)
+    return layer_params(m)
 
 
 def mtp_kind(m: ModelSpec) -> str:
@@ -409,33 +497,51 @@ def stack_params(m: ModelSpec) -> int:
 
 
 def embedding_params(m: ModelSpec) -> int:
-    """Token embeddings plus learned position embeddings where used."""
+    """Token embeddings plus learned position embeddings where used (one table
+    that an encoder-decoder's encoder and decoder share, megatron-core
+    ``T5Model``), or the relative position bias tables (T5: one for the
+    encoder, one for the decoder, each buckets x heads)."""
     positions = m.seq_len * m.hidden_size if m.position_embedding == "learned" else 0
+    if m.position_embedding == "relative":
+        positions = 2 * RELATIVE_ATTENTION_BUCKETS * m.num_heads
     return m.vocab_size * m.hidden_size + positions
 
 
 def output_layer_params(m: ModelSpec) -> int:
-    return 0 if m.tied_embeddings else m.vocab_size * m.hidden_size
+    """The output layer's own parameters: none when tied to the embeddings,
+    except the vocabulary-sized bias megatron-core's T5 head then carries
+    (``T5LMHead``: bias when sharing the embedding weight)."""
+    if m.tied_embeddings:
+        return m.vocab_size if m.is_encoder_decoder else 0
+    return m.vocab_size * m.hidden_size
+
+
+def final_norm_params(m: ModelSpec) -> int:
+    """The final norm of each stack (the encoder's and the decoder's for T5)."""
+    return (2 if m.is_encoder_decoder else 1) * norm_params(m)
 
 
 def total_params(m: ModelSpec, with_mtp: bool = False) -> int:
     """Exact parameter count (GPT-3 175B shape: 174.6e9, as Narayanan et al. 2021;
     DeepSeek-V3: 671e9 without its MTP module, as its report counts)."""
-    return (stack_params(m) + embedding_params(m) + norm_params(m) + output_layer_params(m)
-            + (m.mtp_layers * mtp_params(m) if with_mtp else 0))
+    return (stack_params(m) + embedding_params(m) + final_norm_params(m)
+            + output_layer_params(m) + (m.mtp_layers * mtp_params(m) if with_mtp else 0))
 
 
 def active_params(m: ModelSpec) -> int:
     """Parameters one token passes through (DeepSeek-V3: 37e9 activated): every
-    dense layer, and top-k routed plus the shared experts of each MoE layer."""
-    moe = m.layers_of("moe") * moe_layer_active_params(m)
-    return (m.layers_of("dense") * layer_params(m) + moe + embedding_params(m)
-            + norm_params(m) + output_layer_params(m))
+    dense, encoder and decoder layer, and top-k routed plus the shared experts
+    of each MoE layer."""
+    layers = sum(m.layers_of(k) * (moe_layer_active_params(m) if k == "moe"
+                                   else kind_params(m, k)) for k in LAYER_KINDS)
+    return layers + embedding_params(m) + final_norm_params(m) + output_layer_params(m)
 
 
 def layer_matmul_flops_per_token(m: ModelSpec, kind: str = "dense") -> float:
     """Forward FLOPs of one layer's weight matmuls per token: 2 per weight a token
-    passes through (MoE: the router, top-k experts and the shared experts)."""
+    passes through (MoE: the router, top-k experts and the shared experts;
+    encoder and decoder layers as dense ones, a decoder layer's cross-attention
+    counted apart by ``cross_attention_flops_per_sample``)."""
     attention = attention_weight_params(m)
     if kind == "moe":
         routed = m.moe_topk * sum(x.params for x in mlp_linears(m, m.moe_ffn_hidden_size))
@@ -472,8 +578,47 @@ def mtp_forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return m.mtp_layers * per
 
 
+def cross_attention_flops_per_sample(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs of one decoder layer's cross-attention per sample: the query
+    and output projections over the decoder's tokens, the key and value
+    projections over the encoder's ``seq_len`` tokens, and the core, every
+    decoder query against every encoder key."""
+    q, kv, proj = (x.params for x in cross_attention_linears(m))
+    s_dec = m.decoder_seq_len
+    core = 2.0 * seq_len * m.num_heads * (m.head_dim + m.value_head_dim)
+    return 2.0 * (q + proj) * s_dec + 2.0 * kv * seq_len + s_dec * core
+
+
+def kind_forward_flops_per_sample(m: ModelSpec, kind: str, seq_len: int) -> float:
+    """Forward FLOPs of one layer of a kind per sample of ``seq_len`` tokens
+    (encoder-decoder: ``seq_len`` encoder tokens, ``decoder_seq_len`` decoder
+    tokens): its weight matmuls and attention core over the tokens it sees,
+    and a decoder layer's cross-attention."""
+    if kind == "decoder":
+        s_dec = m.decoder_seq_len
+        return (s_dec * (layer_matmul_flops_per_token(m, "dense")
+                         + attention_core_flops_per_token(m, s_dec))
+                + cross_attention_flops_per_sample(m, seq_len))
+    return seq_len * (layer_matmul_flops_per_token(m, kind)
+                      + attention_core_flops_per_token(m, seq_len))
+
+
+def logits_tokens_per_sample(m: ModelSpec, seq_len: int) -> int:
+    """Tokens the output layer sees per sample: the decoder's for T5."""
+    return m.decoder_seq_len if m.is_encoder_decoder else seq_len
+
+
+def _encoder_decoder_forward_per_token(m: ModelSpec, seq_len: int) -> float:
+    layers = sum(m.layers_of(k) * kind_forward_flops_per_sample(m, k, seq_len)
+                 for k in ("encoder", "decoder"))
+    return (layers + m.decoder_seq_len * logits_flops_per_token(m)) / seq_len
+
+
 def forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """One forward pass, all layers, MTP modules and the output layer, per token."""
+    """One forward pass, all layers, MTP modules and the output layer, per token
+    (encoder-decoder: per encoder token, every FLOP of the sample counted)."""
+    if m.is_encoder_decoder:
+        return _encoder_decoder_forward_per_token(m, seq_len)
     return (stack_matmul_flops_per_token(m) + m.num_layers * attention_core_flops_per_token(m, seq_len)
             + logits_flops_per_token(m) + mtp_forward_flops_per_token(m, seq_len))
 
@@ -498,6 +643,8 @@ def recompute_flops_per_token(m: ModelSpec, seq_len: int, recompute: str,
     """
     if recompute == "none":
         return 0.0
+    if m.is_encoder_decoder and recompute in ("selective", "full"):
+        return _encoder_decoder_recompute_per_token(m, seq_len, recompute, recomputed_layers)
     if recompute == "selective":
         return m.num_layers * attention_core_flops_per_token(m, seq_len)
     if recompute == "full":
@@ -506,6 +653,22 @@ def recompute_flops_per_token(m: ModelSpec, seq_len: int, recompute: str,
                      + attention_core_flops_per_token(m, seq_len))
         return layers * per_layer
     raise InputError(f"unknown recompute {recompute!r}: allowed are none, selective, full")
+
+
+def _encoder_decoder_recompute_per_token(m: ModelSpec, seq_len: int, recompute: str,
+                                         recomputed_layers: int | None) -> float:
+    """Recompute of an encoder-decoder per encoder token: selective, the self-
+    and cross-attention cores; full, the recomputed share of the layers'
+    forward (the mean layer's when not all are)."""
+    s_dec = m.decoder_seq_len
+    if recompute == "selective":
+        per_core = m.num_heads * (m.head_dim + m.value_head_dim) * 2.0
+        return (m.encoder_layers * seq_len * seq_len * per_core
+                + m.decoder_layers * s_dec * (s_dec + seq_len) * per_core) / seq_len
+    layers = sum(m.layers_of(k) * kind_forward_flops_per_sample(m, k, seq_len)
+                 for k in ("encoder", "decoder")) / seq_len
+    share = 1.0 if recomputed_layers is None else recomputed_layers / m.num_layers
+    return layers * share
 
 
 def hardware_flops_per_token(m: ModelSpec, seq_len: int, recompute: str,
