@@ -7,7 +7,9 @@ Narayanan et al. 2021 on 3072 A100 under 3 s, on a 2-core machine. Batch
 sizes are those of Narayanan et al. 2021 Table 1 (1536 and 3072 sequences of
 2048 tokens). Issue 16: DeepSeek-V3 on 64 GB200 trays (256 GPUs), GBS 4096 x
 4096 tokens, FP8, the nemo stack, under 3 s for the whole command (the search
-itself is timed here; `time autoconfig search ...` for the command). Prints the
+itself is timed here; `time autoconfig search ...` for the command). Issue 17:
+T5 11B and mT5 11B on 20 nodes of 8 A100 (the NeMo launcher's cluster and
+global batch of 1920 samples of 512 encoder tokens) under 1 s. Prints the
 figures; nothing is asserted.
 
     python benchmarks/search_speed.py [--repeat N]
@@ -27,6 +29,9 @@ CASES = (
     ("gpt3-175b", "a100-80gb", 128, 8, 1536, 2048, 1.0, "bf16", None),
     ("gpt-1t", "a100-80gb", 384, 8, 3072, 2048, 3.0, "bf16", None),
     ("deepseek-v3", "gb200", 64, 4, 4096, 4096, 3.0, "fp8", "nemo"),
+    ("t5-11b", "a100-80gb", 20, 8, 1920, 512, 1.0, "bf16", None),
+    ("mt5-11b", "a100-80gb", 20, 8, 1920, 512, 1.0, "bf16", None),
+    ("t5-3b", "a100-80gb", 20, 8, 1920, 512, 1.0, "bf16", None),
 )
 
 

@@ -2,7 +2,8 @@
 bf16 and fp8, with VP, CP, recompute variants and an uneven pipeline split; and
 mixture-of-experts plans (MOE_CASES) of three shapes built inline (the catalog's
 MoE files are written separately): DeepSeek-V3 (MLA, MTP, three dense layers
-first), Qwen3-30B-A3B (QK norm, kv_channels) and Mixtral 8x7B (GQA, ETP != TP)."""
+first), Qwen3-30B-A3B (QK norm, kv_channels) and Mixtral 8x7B (GQA, ETP != TP);
+and encoder-decoder plans (T5_CASES) of the catalog's T5 3B and mT5 11B."""
 
 import json
 from pathlib import Path
@@ -116,9 +117,40 @@ MOE_CASES = {
 }
 ALL_CASES = {**CASES, **MOE_CASES}
 
+# Encoder-decoder plans (kept out of ALL_CASES, whose GPT checks read --num-layers):
+# the NeMo launcher's own layouts on 20 nodes of 8 GPUs (conf/training/t5/3b.yaml:
+# TP 2, micro-batch 24, full block recompute; mt5/11b.yaml: TP 4) and variants of
+# them: SP on and off, full block with a layer count, uniform, selective, the
+# distributed optimizer on and off, FP8.
+T5_CASES = {
+    "t5-3b-tp2-full-block": ("t5-3b", "a100-80gb", 20, 1920, 512, "bf16",
+                             Plan(tp=2, pp=1, dp=80, mbs=24, recompute="full",
+                                  recompute_method="block", distributed_optimizer=True),
+                             "megatron-lm"),
+    "t5-3b-tp2-sp-full-block12": ("t5-3b", "h100-80gb", 20, 1920, 512, "bf16",
+                                  Plan(tp=2, pp=1, dp=80, sp=True, mbs=24, recompute="full",
+                                       recompute_method="block", recompute_num_layers=12,
+                                       distributed_optimizer=True), "nemo"),
+    "t5-3b-tp4-selective": ("t5-3b", "h100-80gb", 20, 1920, 512, "bf16",
+                            Plan(tp=4, pp=1, dp=40, mbs=12, recompute="selective"),
+                            "megatron-lm"),
+    "mt5-11b-tp4-sp-full-block": ("mt5-11b", "h100-80gb", 20, 1920, 512, "bf16",
+                                  Plan(tp=4, pp=1, dp=40, sp=True, mbs=24, recompute="full",
+                                       recompute_method="block", distributed_optimizer=True),
+                                  "nemo"),
+    "mt5-11b-tp4-full-uniform": ("mt5-11b", "a100-80gb", 20, 1920, 512, "bf16",
+                                 Plan(tp=4, pp=1, dp=40, mbs=12, recompute="full",
+                                      recompute_method="uniform", recompute_num_layers=1,
+                                      distributed_optimizer=True), "megatron-lm"),
+    "mt5-11b-tp2-fp8-selective": ("mt5-11b", "h100-80gb", 20, 1920, 512, "fp8",
+                                  Plan(tp=2, pp=1, dp=80, sp=True, mbs=8,
+                                       recompute="selective", distributed_optimizer=True),
+                                  "nemo"),
+}
+
 
 def case_spec(name: str, base=None):
-    model, gpu, nodes, gbs, seq, precision, plan, stack = ALL_CASES[name]
+    model, gpu, nodes, gbs, seq, precision, plan, stack = {**ALL_CASES, **T5_CASES}[name]
     stack, overrides = stack if isinstance(stack, tuple) else (stack, {})
     chosen = load_stack(stack)
     model = get_model(model) if isinstance(model, str) else model

@@ -24,7 +24,7 @@ from autoconfig.launch.megatron_lm import megatron_args_script
 from autoconfig.launch.sbatch import render_sbatch
 from autoconfig.launch.spec import SlurmSettings, launch_spec
 from autoconfig.profiling.spec import ProfileSpec
-from launch_cases import ALL_CASES, case_spec
+from launch_cases import ALL_CASES, T5_CASES, case_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "slurm-localhost.sh"
@@ -46,7 +46,7 @@ def _check(path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("name", sorted(ALL_CASES))
+@pytest.mark.parametrize("name", sorted(ALL_CASES) + sorted(T5_CASES))
 def test_scripts_pass_shellcheck(name, tmp_path):
     spec = case_spec(name)
     files = {"launch.sbatch": render_sbatch(spec),

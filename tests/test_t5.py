@@ -120,3 +120,173 @@ def test_megatron_core_builds_exactly_the_counted_parameters() -> None:
                     {"kv_channels": 8, "num_heads": 6, "num_kv_heads": 6}):
         model = replace(tiny, **changes)
         assert count_megatron_t5_params(model) == total_params(model), changes
+
+
+# ---------------------------------------------------- plan space, memory, time
+
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from autoconfig.core.catalog import get_gpu  # noqa: E402
+from autoconfig.core.hardware import Cluster  # noqa: E402
+from autoconfig.core.plan import Plan, PlanTable, Workload  # noqa: E402
+from autoconfig.training import memory  # noqa: E402
+from autoconfig.training.space import R_ENC_DEC, AxisChoices, enumerate_plans  # noqa: E402
+from autoconfig.training.step_time import step_time  # noqa: E402
+from tests.cli_runner import run_cli  # noqa: E402
+
+GIB = 2**30
+T5_WORKLOAD = Workload(1920, 512)
+
+
+def _cluster(nodes=20):
+    return Cluster(get_gpu("a100-80gb"), nodes, 8)
+
+
+def _plan(**kw):
+    base = dict(tp=2, pp=1, dp=80, sp=True, mbs=24, recompute="none",
+                distributed_optimizer=True)
+    return Plan(**{**base, **kw})
+
+
+def _as_gpt(m):
+    """The same layers as one decoder-only stack at the encoder's length: what
+    predicting T5 as a GPT of its size would do."""
+    return dataclasses.replace(m, name="as-gpt", decoder_layers=0, decoder_seq_len=0)
+
+
+def test_plan_space_keeps_t5_on_one_pipeline_stage_and_counts_why():
+    space = enumerate_plans(get_model("t5", "3b"), T5_WORKLOAD, _cluster())
+    assert len(space.plans) > 0
+    assert set(space.plans.pp) == {1} and set(space.plans.cp) == {1}
+    assert space.rejected[R_ENC_DEC] > 0
+    # SP needs both sequence lengths divisible by tp.
+    odd = dataclasses.replace(get_model("tiny-t5"), decoder_seq_len=18)
+    tiny = enumerate_plans(odd, Workload(16, 64), Cluster(get_gpu("h100"), 1, 4),
+                           AxisChoices(tp=(4,), sp="on"))
+    assert len(tiny.plans) == 0
+
+
+def test_estimate_refuses_pipeline_parallel_t5(capsys):
+    code, out, err = run_cli(["estimate", "--model", "t5", "--size", "3b", "--nodes", "20",
+                              "--tp", "2", "--pp", "2", "--gbs", "1920", "--mbs", "24"], capsys)
+    assert code != 0 and "Traceback" not in err
+    assert "pretrain_t5.py" in err and len(err.strip().splitlines()) == 1
+
+
+def test_encoder_and_decoder_memory_add_up_to_the_stage():
+    m = get_model("t5", "11b")
+    for kw in ({}, {"recompute": "full", "recompute_method": "block", "recompute_num_layers": 4},
+               {"recompute": "selective", "sp": False}):
+        plans = PlanTable.from_plans([_plan(tp=4, dp=40, **kw)])
+        parts = memory.encoder_decoder_memory(m, T5_WORKLOAD, plans)
+        whole = memory.allocated_bytes(memory.memory_breakdown(m, T5_WORKLOAD, plans))[0]
+        summed = sum(v[0] for part in parts.values() for v in part.values())
+        assert summed == pytest.approx(whole, rel=1e-9)
+        # Equal layer counts: the decoder's layers hold more weights (cross-attention)
+        # but fewer activations (128 tokens against 512).
+        assert parts["decoder"]["states"][0] > parts["encoder"]["states"][0]
+        assert parts["decoder"]["activations"][0] < parts["encoder"]["activations"][0]
+
+
+def test_block_recompute_applies_to_each_stack():
+    """N layers of block recompute keep only the input of the first N layers of
+    the encoder and of the decoder: activations fall with N in both."""
+    m = get_model("t5", "3b")
+    acts = []
+    for n in (0, 6, 12):
+        kw = {"recompute": "full", "recompute_method": "block", "recompute_num_layers": n} \
+            if n else {}
+        parts = memory.encoder_decoder_memory(m, T5_WORKLOAD, PlanTable.from_plans([_plan(**kw)]))
+        acts.append((parts["encoder"]["activations"][0], parts["decoder"]["activations"][0]))
+    assert acts[0][0] > acts[1][0] > acts[2][0]
+    assert acts[0][1] > acts[1][1] > acts[2][1]
+
+
+def test_cross_attention_is_in_the_step_and_t5_is_not_a_gpt():
+    m = get_model("t5", "11b")
+    plans = PlanTable.from_plans([_plan(tp=4, dp=40)])
+    t5 = step_time(m, T5_WORKLOAD, plans, _cluster())
+    gpt = step_time(_as_gpt(m), T5_WORKLOAD, plans, _cluster())
+    assert 0 < t5.cross_attention_s[0] < t5.compute_s[0]
+    # The decoder runs 128 tokens, not 512: far less compute than the same layers as a GPT.
+    assert t5.compute_s[0] < 0.8 * gpt.compute_s[0]
+    # Memory: the GPT view stores 512-token activations in all 48 layers.
+    t5_mem = memory.memory_breakdown(m, T5_WORKLOAD, plans).activations_bytes[0]
+    gpt_mem = memory.memory_breakdown(_as_gpt(m), T5_WORKLOAD, plans).activations_bytes[0]
+    assert t5_mem < gpt_mem
+    # Model FLOPs count encoder tokens: tokens/s x FLOPs/token = achieved model FLOP/s.
+    assert t5.model_tflops_per_gpu[0] == pytest.approx(
+        t5.tokens_per_s_per_gpu[0] * model_flops_per_token(m, 512) / 1e12, rel=1e-9)
+
+
+def test_longer_decoder_sequences_cost_more():
+    m = get_model("t5", "3b")
+    plans = PlanTable.from_plans([_plan()])
+    short = step_time(m, T5_WORKLOAD, plans, _cluster()).step_time_s[0]
+    longer = step_time(dataclasses.replace(m, decoder_seq_len=512), T5_WORKLOAD, plans,
+                       _cluster()).step_time_s[0]
+    assert longer > short
+
+
+@pytest.mark.parametrize("family,size", [("t5", "3b"), ("mt5", "11b")])
+def test_search_ranks_t5_plans_and_names_the_split(family, size, tmp_path, capsys):
+    code, out, err = run_cli(["search", "--model", family, "--size", size, "--nodes", "20",
+                              "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "encoder 24 layers x 512 tokens, decoder 24 layers x 128 tokens" in out
+    assert "T5 has no pp or cp in megatron-core" in out
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["plan"]["pp"] == 1
+    assert "cross-attention" in (tmp_path / "report.md").read_text()
+
+
+def test_estimate_shows_encoder_decoder_memory_and_cross_attention(capsys):
+    args = ["estimate", "--model", "t5", "--size", "3b", "--nodes", "20", "--tp", "2", "--sp",
+            "--mbs", "24", "--gbs", "1920", "--recompute", "full", "--recompute-method",
+            "block", "--recompute-num-layers", "4"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert "cross-attention" in out and "encoder (GiB/GPU)" in out and "decoder (GiB/GPU)" in out
+    code, out, err = run_cli(args + ["--format", "json"], capsys)
+    result = json.loads(out)
+    assert set(result["memory_by_stack_gib"]) == {"encoder", "decoder", "embedding and output"}
+    assert result["cross_attention_s"] > 0 and result["decoder_seq_len"] == 128
+
+
+def test_infer_says_what_it_leaves_out(capsys):
+    code, _, err = run_cli(["infer", "--model", "t5", "--size", "3b", "--input-len", "512",
+                            "--output-len", "128", "--nodes", "1"], capsys)
+    assert code != 0 and "encoder-decoder" in err and "Traceback" not in err
+
+
+def test_catalog_lists_the_ten_sizes(capsys):
+    code, out, _ = run_cli(["catalog", "models"], capsys)
+    names = {line.split()[0] for line in out.splitlines() if line.strip()}
+    assert {f"t5-{s}" for s in T5_SIZES} | {f"mt5-{s}" for s in MT5_SIZES} <= names
+    line = next(l for l in out.splitlines() if l.startswith("t5-41b "))
+    assert "41.19B" in line
+
+
+def test_validate_reads_t5_rows_by_catalog_name_and_skips_what_estimate_refuses():
+    """A published T5 run is described like a user's: the catalog model and the
+    plan. One-stage plans are scored; a pipeline-split row is not (estimate
+    refuses it: megatron-core trains T5 on one stage)."""
+    import csv
+    from autoconfig.paths import benchmarks_dir
+    from autoconfig.validation.runs import row_to_run
+    with open(benchmarks_dir() / "published_runs.csv", newline="") as handle:
+        columns = next(csv.reader(handle))
+    row = dict.fromkeys(columns, "")
+    row.update(record_id="T1", source_id="S18", source_location="test", confidence="A",
+               model_name="T5-3B", catalog_model="t5-3b", seq_len="512",
+               gpu_type="A100-SXM4-80GB", num_gpus="160", tp="2", pp="1", dp="80",
+               micro_batch_size="24", global_batch_size="1920", recompute="full",
+               precision="bf16", tokens_per_s_per_gpu="1000")
+    run = row_to_run(row)
+    assert not run.skip_reason and run.model.is_encoder_decoder
+    assert run.model.decoder_seq_len == 128 and run.plan.pp == 1
+    split = row_to_run({**row, "pp": "2", "dp": "40"})
+    assert "not modelled" in split.skip_reason

@@ -7,6 +7,13 @@ model-FLOPs utilisation (MFU); or k = 8 with full activation recomputation
 utilisation (HFU). Days = C / (GPUs x peak x utilisation x 86400); the budget
 solve is its inverse: N = days x 86400 x rate / (k T), or with Chinchilla
 tokens T = r N, N = sqrt(days x 86400 x rate / (k r)).
+
+Encoder-decoder models (T5) are not charged 6N per token: tokens are counted
+as encoder tokens (NeMo's count), and 6N would charge the decoder's weights for
+all 512 of them where they see the 128 decoder tokens. Their FLOPs per encoder
+token F are the exact count of ``autoconfig.core.model`` (about 0.63 x 6N for
+T5 at 512/128), C = F T, and the budget solve searches the family's shapes for
+the largest C within the budget.
 """
 
 import math
@@ -14,6 +21,7 @@ from dataclasses import dataclass
 
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import GPU
+from autoconfig.core.model import ModelSpec, active_params, hardware_flops_per_token
 from autoconfig.heuristics import Sourced, heuristic, load_heuristics, sourced_number
 
 SECONDS_PER_DAY = 86400.0
@@ -42,15 +50,50 @@ class ComputeRate:
     def formula(self) -> str:
         return f"{self.flops_per_param_token}NT"
 
+    @property
+    def full_recompute(self) -> bool:
+        """Rated against hardware FLOPs: every recomputed forward counts."""
+        return self.utilisation_kind == "hfu"
+
 
 def training_flops(params: float, tokens: float, rate: ComputeRate) -> float:
     """C = k N T (k = 6, or 8 with full recompute)."""
     return rate.flops_per_param_token * params * tokens
 
 
+def days_for_flops(flops: float, rate: ComputeRate) -> float:
+    """Wall-clock days to execute ``flops`` at ``rate``."""
+    return flops / rate.flops_per_s / SECONDS_PER_DAY
+
+
 def training_days(params: float, tokens: float, rate: ComputeRate) -> float:
     """Wall-clock days to train ``params`` on ``tokens`` at ``rate``."""
-    return training_flops(params, tokens, rate) / rate.flops_per_s / SECONDS_PER_DAY
+    return days_for_flops(training_flops(params, tokens, rate), rate)
+
+
+def flops_per_param_token(full_recompute: bool) -> int:
+    """k of C = k N T: 6, or 8 with full recompute (heuristics/scaling.yaml)."""
+    return int(heuristic("scaling", "flops_per_param_token_full_recompute" if full_recompute
+                         else "flops_per_param_token").value)
+
+
+def flops_per_token(model: ModelSpec, full_recompute: bool) -> float:
+    """Training FLOPs of one token: k x the parameters it passes through for a
+    decoder-only model (an MoE's active ones); for an encoder-decoder the exact
+    model FLOPs per encoder token, plus one forward with full recompute
+    (Narayanan et al. 2021 eq. 3)."""
+    if model.is_encoder_decoder:
+        return hardware_flops_per_token(model, model.seq_len,
+                                        "full" if full_recompute else "none")
+    return flops_per_param_token(full_recompute) * active_params(model)
+
+
+def flops_formula(model: ModelSpec, full_recompute: bool) -> str:
+    """The formula's name: 6NT or 8NT, or FT (F: an encoder-decoder's FLOPs per
+    encoder token) and 4FT/3 with full recompute (one forward more of three)."""
+    if model.is_encoder_decoder:
+        return "4FT/3" if full_recompute else "FT"
+    return f"{flops_per_param_token(full_recompute)}NT"
 
 
 def max_params_for_tokens(days: float, tokens: float, rate: ComputeRate) -> float:
@@ -103,7 +146,6 @@ def compute_rate(gpu: GPU, num_gpus: int, precision: str, full_recompute: bool,
     else:
         default = default_utilisation(gpu.name, precision, full_recompute)
         util, source = float(default.value), default.source
-    k = int(heuristic("scaling", "flops_per_param_token_full_recompute" if full_recompute
-                      else "flops_per_param_token").value)
+    k = flops_per_param_token(full_recompute)
     return ComputeRate(num_gpus=num_gpus, peak_tflops=peak, utilisation=util,
                        utilisation_kind=kind, flops_per_param_token=k, utilisation_source=source)

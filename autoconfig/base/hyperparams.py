@@ -1,6 +1,7 @@
 """Pre-training hyper-parameters by model size: the GPT-3 paper's table of
 learning rate and batch size, interpolated in log space, and the batch in
-sequences rounded to a granule that common data-parallel sizes divide."""
+sequences rounded to a granule that common data-parallel sizes divide; for
+encoder-decoder models (T5, mT5) the NeMo launcher's batch by size."""
 
 import math
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from autoconfig.core.model import ModelSpec, total_params
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import heuristic, sourced_table
+from autoconfig.units import format_count
 
 
 def interpolate_loglog(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
@@ -116,11 +118,23 @@ def steps_for(tokens: float, tokens_per_step: int) -> int:
     return max(1, math.ceil(tokens / tokens_per_step))
 
 
+def t5_batch(params: float) -> tuple[int, str]:
+    """The NeMo launcher's T5/mT5 global batch for a size, in samples, and why
+    (a model beyond the table, 250B, gets its last row)."""
+    rows, source = sourced_table("hyperparameters", "t5_batch_table", ("max_params", "samples"))
+    rows = sorted(rows, key=lambda r: r["max_params"])
+    row = next((r for r in rows if params <= r["max_params"]), rows[-1])
+    samples = int(row["samples"])
+    return samples, f"{samples} samples for {format_count(params)} parameters: {source}"
+
+
 def default_global_batch_size(model: ModelSpec, seq_len: int) -> int:
     """The batch `autoconfig base` chooses: the model's published batch where its
     catalog file states one, else the GPT-3 paper's batch tokens by model size
-    in sequences of seq_len."""
+    in sequences of seq_len (an encoder-decoder: the launcher's T5 samples)."""
     published = published_batch(model, seq_len)
     if published is not None:
         return published
+    if model.is_encoder_decoder:
+        return t5_batch(total_params(model))[0]
     return heuristic_global_batch_size(total_params(model), seq_len)

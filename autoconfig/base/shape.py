@@ -1,14 +1,17 @@
 """Model shapes for sizes not in the catalog: the documented shape rule of
-``heuristics/scaling.yaml`` applied to a family's architecture."""
+``heuristics/scaling.yaml`` applied to a family's architecture; for
+encoder-decoder families (T5, mT5) the NeMo launcher's widths by size
+(``heuristics/hyperparameters.yaml``) with equal encoder and decoder depth."""
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pathlib import Path
 
 from autoconfig.core.catalog import all_models, get_model, looks_like_path, model_from_yaml
 from autoconfig.errors import InfeasibleError, InputError
-from autoconfig.heuristics import load_heuristics, sourced_number
+from autoconfig.heuristics import load_heuristics, sourced_number, sourced_table
 from autoconfig.core.model import ModelSpec, layer_params, total_params
 from autoconfig.units import format_count, parse_count
 
@@ -197,5 +200,147 @@ def resolve_sized_model(name: str, size: str | None) -> tuple[ModelSpec, str]:
         found = _size_of(model.size_label)
         if found is not None and math.isclose(found, wanted, rel_tol=1e-3):
             return model, f"catalog model {model.name}"
-    model = shape_for_params(wanted, family_template(key), shape_rule(), at_most=False)
+    template = family_template(key)
+    if template.is_encoder_decoder:
+        model = encoder_decoder_shape_for_params(wanted, template, shape_rule(), size)
+        return model, (f"closest {key} shape to {size}: "
+                       + describe_encoder_decoder(model, shape_rule()))
+    model = shape_for_params(wanted, template, shape_rule(), at_most=False)
     return model, f"closest {key} shape to {size}: {describe_rule(shape_rule())}"
+
+
+# ---------------------------------------------------------------- encoder-decoder (T5, mT5)
+
+WIDTH_TABLES = {"t5": "t5_width_table", "mt5": "mt5_width_table"}
+"""Encoder-decoder families whose widths by size heuristics/hyperparameters.yaml
+states (the NeMo launcher's auto_configurator tables)."""
+
+
+@dataclass(frozen=True)
+class WidthRow:
+    """One row of a width table: the widths of sizes up to ``max_params``."""
+
+    max_params: float
+    hidden: int
+    heads: int
+    ffn: int
+    kv_channels: int
+
+
+def width_table(family: str) -> tuple[WidthRow, ...]:
+    """The family's rows, smallest size first (InputError for a family without one)."""
+    key = WIDTH_TABLES.get(family)
+    if key is None:
+        raise InputError(f"no width table for encoder-decoder family {family!r}: autoconfig "
+                         f"scales {', '.join(WIDTH_TABLES)} (the NeMo launcher's tables); catalog "
+                         f"sizes: {catalog_sizes(family)}")
+    rows, _ = sourced_table("hyperparameters", key,
+                            ("max_params", "hidden", "heads", "ffn", "kv_channels"))
+    return tuple(WidthRow(max_params=r["max_params"], hidden=int(r["hidden"]),
+                          heads=int(r["heads"]), ffn=int(r["ffn"]),
+                          kv_channels=int(r["kv_channels"]))
+                 for r in sorted(rows, key=lambda r: r["max_params"]))
+
+
+def catalog_sizes(family: str) -> str:
+    """The family's catalog sizes, smallest first (for errors)."""
+    return ", ".join(m.size_label for m in sorted(
+        (m for m in all_models() if m.family == family), key=total_params))
+
+
+def width_for(params: float, rows: tuple[WidthRow, ...]) -> WidthRow | None:
+    """The row NeMo's tool takes for a size: the first whose bound is above it
+    (the last bound inclusive, as the tool's 250B); None beyond the table."""
+    for row in rows:
+        if params < row.max_params:
+            return row
+    return rows[-1] if params <= rows[-1].max_params else None
+
+
+def encoder_decoder_shape(template: ModelSpec, row: WidthRow, depth: int) -> ModelSpec:
+    """The template's architecture (vocabulary, lengths, MLP, norms) at a row's
+    widths with ``depth`` encoder and ``depth`` decoder layers (the tool sets
+    both stacks alike). Multi-head attention as every T5 (kv heads = heads).
+    The template's published batch is its own, not the new size's: dropped."""
+    model = replace(template, num_layers=2 * depth, decoder_layers=depth,
+                    hidden_size=row.hidden, num_heads=row.heads, num_kv_heads=row.heads,
+                    ffn_hidden_size=row.ffn, kv_channels=row.kv_channels,
+                    published_batch_tokens=None)
+    label = format_count(total_params(model)).lower()
+    return replace(model, name=f"{template.family or template.name}-{label}", size_label=label)
+
+
+def _depth_preference(depth: int) -> int:
+    """How early NeMo's auto_configurator tries an encoder depth (utils.py
+    calculate_model_size_params: powers of two, then multiples of 16, of 2, of
+    5, then any): higher is tried earlier."""
+    if depth >= 2 and depth & (depth - 1) == 0:
+        return 4
+    return 3 if depth % 16 == 0 else 2 if depth % 2 == 0 else 1 if depth % 5 == 0 else 0
+
+
+def _depths_between(template: ModelSpec, row: WidthRow, least: float, most: float
+                    ) -> list[ModelSpec]:
+    """Shapes of a row whose parameters lie in [least, most] (at least depth 1).
+    Parameters are linear in depth, so two counts give every depth's."""
+    one = total_params(encoder_decoder_shape(template, row, 1))
+    pair = total_params(encoder_decoder_shape(template, row, 2)) - one
+    shallowest = max(1, math.ceil((least - one) / pair) + 1)
+    deepest = max(shallowest, math.floor((most - one) / pair) + 1)
+    return [encoder_decoder_shape(template, row, depth)
+            for depth in range(shallowest, deepest + 1)]
+
+
+def encoder_decoder_shape_for_params(target: float, template: ModelSpec, rule: ShapeRule,
+                                     size: str = "") -> ModelSpec:
+    """The shape NeMo's tool gives a size: its row's widths, and the depth whose
+    exact count is closest; among depths within the rule's fill tolerance the
+    tool's depth order wins."""
+    rows = width_table(template.family)
+    row = width_for(target, rows)
+    if row is None:
+        raise InputError(f"no {template.family} shape for --size {size or format_count(target)}: "
+                         f"the NeMo launcher's table stops at {format_count(rows[-1].max_params)}; "
+                         f"catalog sizes: {catalog_sizes(template.family)}")
+
+    def key(model: ModelSpec) -> tuple:
+        miss = abs(math.log(total_params(model) / target))
+        near = miss <= rule.fill_tolerance
+        return (near, _depth_preference(model.decoder_layers) if near else 0, -miss)
+
+    return max(_depths_between(template, row, 0, 2 * target), key=key)
+
+
+def encoder_decoder_shape_for_budget(template: ModelSpec, cost: Callable[[ModelSpec], float],
+                                     budget: float, rule: ShapeRule) -> ModelSpec:
+    """The largest shape whose ``cost`` (training FLOPs) fits the budget, among
+    the shapes each at the widths the table gives its own size; within the
+    fill tolerance of the budget the tool's depth order wins."""
+    rows = width_table(template.family)
+    bounds = zip((0.0,) + tuple(r.max_params for r in rows), rows)
+    shapes = [m for low, row in bounds for m in _depths_between(template, row, low, row.max_params)
+              if width_for(total_params(m), rows) == row]
+    fitting = [m for m in shapes if cost(m) <= budget]
+    if not fitting:
+        smallest = min(shapes, key=cost)
+        raise InfeasibleError(
+            f"the budget allows {budget:.3g} FLOPs, below the smallest {template.family} shape "
+            f"({format_count(total_params(smallest))}: {cost(smallest):.3g} FLOPs): give more "
+            "days, GPUs or fewer tokens")
+
+    def key(model: ModelSpec) -> tuple:
+        miss = math.log(budget / cost(model))
+        near = miss <= rule.fill_tolerance
+        return (near, _depth_preference(model.decoder_layers) if near else 0, -miss)
+
+    return max(fitting, key=key)
+
+
+def describe_encoder_decoder(model: ModelSpec, rule: ShapeRule) -> str:
+    """The widths and depth of an encoder-decoder shape and where they come from."""
+    return (f"hidden {model.hidden_size}, {model.num_heads} heads x {model.head_dim}, ffn "
+            f"{model.ffn_hidden_size}: the NeMo launcher's widths for the size "
+            f"(heuristics/hyperparameters.yaml {WIDTH_TABLES[model.family]}); "
+            f"{model.encoder_layers} encoder = {model.decoder_layers} decoder layers (within "
+            f"{100 * rule.fill_tolerance:g}% the launcher's depth order: powers of two, then "
+            "multiples of 16, 2, 5)")

@@ -45,15 +45,40 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _shape(m) -> str:
+    """Depth and widths; an encoder-decoder's two stacks and its head width."""
+    if m.is_encoder_decoder:
+        return (f"{m.encoder_layers} encoder + {m.decoder_layers} decoder layers, hidden "
+                f"{m.hidden_size}, {m.num_heads} heads x {m.head_dim}, ffn {m.ffn_hidden_size}, "
+                f"vocab {m.vocab_size}")
+    return (f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads "
+            f"({m.num_kv_heads} kv), ffn {m.ffn_hidden_size}, vocab {m.vocab_size}")
+
+
+def _length_rows(cfg: b.BaseConfig) -> list[tuple[str, str, str]]:
+    """Sequence length and batch; an encoder-decoder's in samples and encoder
+    tokens (the tokens counted), with its decoder length."""
+    m = cfg.model
+    if not m.is_encoder_decoder:
+        return [("seq_len", str(cfg.seq_len), cfg.why("seq_len")),
+                ("global_batch_size", f"{cfg.global_batch_size} seq "
+                                      f"({format_count(cfg.batch_tokens)} tokens)",
+                 cfg.why("global_batch_size"))]
+    return [("seq_len", f"{cfg.seq_len} (encoder)", cfg.why("seq_len")),
+            ("decoder_seq_len", str(m.decoder_seq_len), cfg.why("decoder_seq_len")),
+            ("global_batch_size", f"{cfg.global_batch_size} samples "
+                                  f"({format_count(cfg.batch_tokens)} encoder tokens)",
+             cfg.why("global_batch_size"))]
+
+
 def table_rows(cfg: b.BaseConfig) -> list[tuple[str, str, str]]:
     """(setting, value, why) for the readable table."""
     m = cfg.model
+    tokens = format_count(cfg.tokens) + (" encoder tokens" if m.is_encoder_decoder else "")
     rows = [("model", m.name, cfg.why("model")),
-            ("shape", f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads "
-                      f"({m.num_kv_heads} kv), ffn {m.ffn_hidden_size}, vocab {m.vocab_size}",
-             f"{m.mlp_kind}, {m.norm_kind}, {m.position_embedding} positions"),
+            ("shape", _shape(m), f"{m.mlp_kind}, {m.norm_kind}, {m.position_embedding} positions"),
             ("params", f"{format_count(cfg.params)} ({cfg.params:,})", cfg.why("params")),
-            ("tokens", format_count(cfg.tokens), cfg.why("tokens")),
+            ("tokens", tokens, cfg.why("tokens")),
             ("compute", f"{cfg.total_flops:.3e} FLOPs ({cfg.flops_formula})",
              cfg.why("flops_formula"))]
     if cfg.gpu_name is not None:
@@ -62,9 +87,7 @@ def table_rows(cfg: b.BaseConfig) -> list[tuple[str, str, str]]:
         if cfg.budget_days is not None:
             rows.append(("budget days", _fmt(cfg.budget_days), cfg.why("budget_days")))
         rows.append(("training days", f"{cfg.days:.2f}", cfg.why("days")))
-    rows += [("seq_len", str(cfg.seq_len), cfg.why("seq_len")),
-             ("global_batch_size", f"{cfg.global_batch_size} seq ({format_count(cfg.batch_tokens)} "
-                                   "tokens)", cfg.why("global_batch_size"))]
+    rows += _length_rows(cfg)
     for key in ("train_steps", "lr", "min_lr", "lr_decay_style", "lr_warmup_steps",
                 "lr_decay_steps", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
                 "clip_grad", "init_method_std", "hidden_dropout", "attention_dropout", "precision"):
@@ -90,7 +113,8 @@ def one_line(text: str, width: int = 100) -> str:
 
 @click.command()
 @click.option("--model", default="gpt3", show_default=True,
-              help="Model family (gpt3, llama2, llama3...), catalog name or model YAML path.")
+              help="Model family (gpt3, llama2, llama3, t5, mt5...), catalog name or model "
+                   "YAML path.")
 @click.option("--size", help="Model size, e.g. 175b (size mode). Omit to solve for the size.")
 @click.option("--gpu", help="GPU type (a100-80gb, h100, h200, b200, gb200) or GPU YAML path.")
 @click.option("--nodes", type=int, help="Number of nodes.")
@@ -122,7 +146,7 @@ def base(model, size, gpu, nodes, gpus, gpus_per_node, days, tokens, mfu, tflops
     Size mode: --model gpt3 --size 175b [--gpu --nodes] [--tokens].
     Budget mode: --gpu --nodes|--gpus --days --tokens N|chinchilla gives the
     largest model that trains in time (C = 6NT at MFU, or 8NT at HFU with
-    --full-recompute).
+    --full-recompute; T5/mT5: C = F T, F their own FLOPs per encoder token).
     """
     request = build_request(model, size, gpu, nodes, gpus, gpus_per_node, days, tokens, mfu,
                             tflops_per_gpu, full_recompute, seq_len, precision)

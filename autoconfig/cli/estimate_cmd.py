@@ -51,11 +51,26 @@ def render_table(result: dict) -> str:
             ("fits", "yes" if result["fits"] else "NO")]
     rows += [(f"  memory: {k}", f"{v:.2f}") for k, v in result["memory_breakdown_gib"].items()]
     rows += [(f"  time: {k}", f"{v:.4f}") for k, v in result["time_breakdown_s"].items()]
+    if "memory_by_stack_gib" in result:
+        rows.insert(2, ("samples/s", f"{_samples_per_s(result):.1f}"))
+        rows += [("  time: of compute, cross-attention", f"{result['cross_attention_s']:.4f}")]
+        rows += [(f"  {part} (GiB/GPU)", f"{v['states']:.2f} weights+grads+optimizer, "
+                  f"{v['activations']:.2f} activations")
+                 for part, v in result["memory_by_stack_gib"].items()]
     note = ""
     if result.get("not_modelled"):
         note = (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (predicted as full "
                 "causal attention)")
+    if "memory_by_stack_gib" in result:
+        head += (f"\nencoder {result['encoder_layers']} layers x {result['seq_len']} tokens, "
+                 f"decoder {result['decoder_layers']} layers x {result['decoder_seq_len']} "
+                 "tokens (with cross-attention to the encoder output), one pipeline stage "
+                 "holds both; tokens/s counts encoder tokens")
     return head + "\n\n" + tabulate(rows, tablefmt="plain") + note
+
+
+def _samples_per_s(result: dict) -> float:
+    return result["global_batch_size"] / result["step_time_s"]
 
 
 @click.command()

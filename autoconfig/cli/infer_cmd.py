@@ -96,6 +96,14 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if spec is None:
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
+    if spec.is_encoder_decoder:
+        # The latency and KV-cache model describes decoder-only serving; an
+        # encoder pass per request and a cross-attention cache per decoder
+        # layer are not in it, so any answer would be a GPT's.
+        raise InputError(f"infer does not model encoder-decoder models ({spec.name}): the "
+                         "encoder pass and the decoder's cross-attention KV cache are not in "
+                         "its latency or memory model; train-side commands (search, estimate, "
+                         "capacity, sweep) support them")
     if top < 1:
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)

@@ -105,7 +105,8 @@ MOE_SHAPE_OPTIONS = {"num_experts": "num_experts", "moe_topk": "moe_topk",
                      "moe_layer_freq": "moe_layer_freq", "mtp_layers": "mtp_layers",
                      "kv_channels": "kv_channels", "q_lora_rank": "q_lora_rank",
                      "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_nope_head_dim",
-                     "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim"}
+                     "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+                     "decoder_layers": "decoder_layers", "decoder_seq_len": "decoder_seq_len"}
 """Option name (without --) -> the ModelSpec field it sets (``catalog.with_layers``)."""
 
 
@@ -125,7 +126,11 @@ def moe_shape_options(func):
              "kv_lora_rank": "MLA: key-value latent rank (turns MLA on).",
              "qk_head_dim": "MLA: per-head query/key width without rope.",
              "qk_rope_head_dim": "MLA: per-head rope width.",
-             "v_head_dim": "MLA: per-head value width."}
+             "v_head_dim": "MLA: per-head value width.",
+             "decoder_layers": "Encoder-decoder (T5): decoder layers; an inline shape's "
+                               "--layers are then the encoder's.",
+             "decoder_seq_len": "Encoder-decoder (T5): decoder tokens per sample (--seq-len "
+                                "is the encoder's)."}
     for name in reversed(tuple(MOE_SHAPE_OPTIONS)):
         low = 1 if name == "moe_layer_freq" else 0
         func = click.option(f"--{name.replace('_', '-')}", name, type=Count(low), default=None,

@@ -26,6 +26,9 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
     from autoconfig.core.model import active_params, total_params
     m, c, w = result.model, result.cluster, result.workload
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
+    if m.is_encoder_decoder:
+        active = (f"; encoder {m.encoder_layers} layers x {w.seq_len} tokens, decoder "
+                  f"{m.decoder_layers} layers x {m.decoder_seq_len} tokens, one pipeline stage")
     lines = [f"{m.name} ({format_count(total_params(m))} params{active}) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
              f"{w.precision}, stack {result.stack}, objective {result.objective}", "",
@@ -37,6 +40,9 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
     if spec is not None:
         lines += ["", f"launch files: hyper-parameters from {spec.base_source}"
                   if spec.launchable else spec.not_launchable_reason]
+        if spec.launchable:
+            from autoconfig.launch.files import not_written
+            lines += [f"  {reason}" for reason in not_written(spec).values()]
     if files:
         lines += ["", "wrote:"] + [f"  {path}" for path in files.values()]
     return "\n".join(lines)

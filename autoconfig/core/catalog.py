@@ -385,6 +385,11 @@ def with_layers(model: ModelSpec, **fields) -> ModelSpec:
     values = {k: v for k, v in fields.items() if v is not None}
     if not values:
         return model
+    if "decoder_layers" in values:
+        # Megatron's convention: --num-layers (--layers) are the encoder's when a
+        # decoder is added; the stack is both.
+        encoder = model.encoder_layers if model.is_encoder_decoder else model.num_layers
+        values["num_layers"] = encoder + values["decoder_layers"]
     if values.get("kv_lora_rank"):
         values["attention_kind"] = "mla"
         values.setdefault("num_kv_heads", model.num_heads)

@@ -43,6 +43,12 @@ quick-GELU and YaRN positions, say, which autoconfig's shape cannot express)."""
 
 def not_written_reason(spec: LaunchSpec) -> str | None:
     """Why no bridge_recipe.py can run this model (None: it can)."""
+    if spec.model.is_encoder_decoder:
+        # Megatron-Bridge 067f987: models/t5_provider.py only; training/ has gpt_step.py and
+        # multimodal steps, no T5 step; recipes/ has no t5 (the parts a pre-training file needs)
+        return ("no bridge_recipe.py: Megatron-Bridge (067f987) has a T5ModelProvider but no "
+                "T5 pre-training recipe, forward step or dataset; use Megatron-LM "
+                "pretrain_t5.py or NeMo 1 megatron_t5_pretraining.py")
     if spec.model.attention_kind == "mla" and not spec.family.recipe_builds_model:
         return ("no bridge_recipe.py: multi-latent attention needs an MLA model provider, "
                 f"which only a model's own recipe builds; {spec.model.name} has none in "

@@ -15,7 +15,8 @@ NEMO_NAME = "nemo_overrides.txt"
 def not_written(spec: LaunchSpec) -> dict[str, str]:
     """Target -> why it gets no file for this model or plan (a file that cannot
     run is never written); empty when every target runs it."""
-    reasons = {"bridge": bridge.not_written_reason(spec), "nemo": nemo1.not_written_reason(spec)}
+    reasons = {"megatron": megatron_lm.not_written_reason(spec),
+               "bridge": bridge.not_written_reason(spec), "nemo": nemo1.not_written_reason(spec)}
     return {key: reason for key, reason in reasons.items() if reason}
 
 
@@ -25,8 +26,10 @@ def launch_texts(spec: LaunchSpec) -> dict[str, tuple[str, str]]:
     if not spec.launchable:
         return {}
     skip = not_written(spec)
-    texts = {"megatron": (MEGATRON_NAME, megatron_lm.megatron_args_script(spec)),
-             "sbatch": (SBATCH_NAME, sbatch.render_sbatch(spec))}
+    texts = {}
+    if "megatron" not in skip:   # launch.sbatch runs the same arguments
+        texts["megatron"] = (MEGATRON_NAME, megatron_lm.megatron_args_script(spec))
+        texts["sbatch"] = (SBATCH_NAME, sbatch.render_sbatch(spec))
     if "bridge" not in skip:
         texts["bridge"] = (BRIDGE_NAME, bridge.bridge_text(spec))
         texts["bridge_sbatch"] = (BRIDGE_SBATCH_NAME,
@@ -67,13 +70,11 @@ def launch_document(spec: LaunchSpec) -> dict:
     skip = not_written(spec)
     if spec.moe is not None:
         document["stack"].update(moe_document(spec))
-    document.update({
-        "tokenizer": {"type": spec.family.tokenizer_type, "model": spec.family.tokenizer_model,
-                      "vocab_size": spec.family.tokenizer_vocab_size,
-                      "make_vocab_size_divisible_by": spec.vocab_divisor,
-                      "padded_vocab_size": spec.padded_vocab},
-        "megatron_args": megatron_lm.megatron_args(spec, "real"),
-        "megatron_mock_args": megatron_lm.megatron_args(spec, "mock")})
+    document["tokenizer"] = {
+        "type": spec.family.tokenizer_type, "model": spec.family.tokenizer_model,
+        "vocab_size": spec.family.tokenizer_vocab_size,
+        "make_vocab_size_divisible_by": spec.vocab_divisor, "padded_vocab_size": spec.padded_vocab}
+    document.update(megatron_document(spec, skip))
     if "nemo" in skip:
         document["nemo1_not_written"] = skip["nemo"]
     else:
@@ -86,6 +87,17 @@ def launch_document(spec: LaunchSpec) -> dict:
                                          for k, v in bridge.assignments(spec)}}
     document["files"] = {key: name for key, (name, _) in launch_texts(spec).items()}
     return document
+
+
+def megatron_document(spec: LaunchSpec, skip: dict[str, str]) -> dict:
+    """Megatron-LM's arguments, real and synthetic data, or why there are none."""
+    if "megatron" in skip:
+        return {"megatron_not_written": skip["megatron"]}
+    real = megatron_lm.megatron_args(spec, "real")
+    if spec.model.is_encoder_decoder:
+        return {"megatron_script": megatron_lm.pretrain_script(spec), "megatron_args": real,
+                "megatron_mock_not_written": "pretrain_t5.py has no synthetic T5 data"}
+    return {"megatron_args": real, "megatron_mock_args": megatron_lm.megatron_args(spec, "mock")}
 
 
 def moe_document(spec: LaunchSpec) -> dict:

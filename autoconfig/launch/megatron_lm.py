@@ -1,4 +1,4 @@
-"""Megatron-LM ``pretrain_gpt.py`` arguments for a LaunchSpec.
+"""Megatron-LM ``pretrain_gpt.py`` (``pretrain_t5.py`` for T5) arguments for a LaunchSpec.
 
 Flag names and choices are those of Megatron-LM's own parser at the commit
 recorded in tests/data/megatron_lm_args.json (scripts/megatron_lm_args.py), and
@@ -12,8 +12,18 @@ Mixture-of-experts and multi-latent attention use only flags of that parser
 parser's --rotary-scaling-factor 1.0, which is plain RoPE (YaRN with factor 1
 changes no frequency and no softmax scale) and, unlike --rope-type rope, works
 with Megatron's default rope fusion.
+
+Encoder-decoder models (T5, mT5) run pretrain_t5.py (core_v0.16.1: at the
+repository root; newer Megatron-LM: examples/t5/pretrain_t5.py) with its own
+shape flags (--encoder/--decoder-num-layers, --encoder/--decoder-seq-length),
+a tokenizer with sentinels (--vocab-extra-ids, --legacy-tokenizer) and no
+synthetic data. What that script cannot build gets no file and a reason
+(``not_written_reason``).
 """
 
+from autoconfig.core.model import ModelSpec
+from autoconfig.launch.encdec import (PRETRAIN_SCRIPT, PRETRAIN_SCRIPT_NOTE, SENTINEL_TOKENS,
+                                      core_t5_refusal)
 from autoconfig.launch.spec import LaunchSpec
 
 DATA_MODES = ("real", "mock")
@@ -25,6 +35,14 @@ PLACEHOLDERS = {
     "CHECKPOINT_DIR": "where checkpoints are saved and resumed from",
     "LOG_DIR": "where TensorBoard logs go",
 }
+ENCODER_DECODER_PLACEHOLDERS = {
+    **PLACEHOLDERS,
+    "DATA_PATH": "prefix of your preprocessed T5 dataset (tools/preprocess_data.py output "
+                 "with the same tokenizer, without .bin/.idx)",
+    "VOCAB_FILE": "WordPiece vocab.txt (T5: bert-large-cased)",
+    "TOKENIZER_MODEL": "SentencePiece .model file (mT5: the mT5 SentencePiece model)",
+}
+GPT_SCRIPT = "pretrain_gpt.py"
 SPLIT = "99,1,0"
 SAVE_INTERVAL = 1000
 LOG_INTERVAL = 10
@@ -32,8 +50,41 @@ EVAL_INTERVAL = 1000
 EVAL_ITERS = 10
 
 
+def pretrain_script(spec: LaunchSpec) -> str:
+    """The Megatron-LM script that trains the model."""
+    return PRETRAIN_SCRIPT if spec.model.is_encoder_decoder else GPT_SCRIPT
+
+
+def not_written_reason(spec: LaunchSpec) -> str | None:
+    """Why pretrain_t5.py cannot train this model or plan (None: it can, or it is GPT)."""
+    m = spec.model
+    target = "megatron_args.sh or launch.sbatch"
+    if not m.is_encoder_decoder:
+        if m.mlp_kind == "reglu":
+            return (f"no {target}: {m.name}'s ReGLU MLP cannot be expressed: Megatron-LM "
+                    "core_v0.16.1's only gated activations are --swiglu and --quick-geglu")
+        return None
+    core = core_t5_refusal(m, spec.plan, target)
+    if core:
+        return core
+    if m.encoder_layers != m.decoder_layers:
+        # core_v0.16.1 pretrain_t5.py model_provider: the decoder block spec gets
+        # config.num_layers // pp layers, and config.num_layers is --encoder-num-layers
+        return (f"no {target}: {m.name} has {m.encoder_layers} encoder and {m.decoder_layers} "
+                "decoder layers, and Megatron-LM core_v0.16.1 pretrain_t5.py builds the "
+                "decoder with the encoder's count (--decoder-num-layers is read only by the "
+                "legacy model), so the file would train a different model")
+    if m.mlp_kind == "reglu":
+        return (f"no {target}: {m.name}'s ReGLU MLP cannot be expressed: Megatron-LM "
+                "core_v0.16.1's only gated activations are --swiglu and --quick-geglu "
+                "(arguments.py core_transformer_config_from_args)")
+    return None
+
+
 def model_args(spec: LaunchSpec) -> list[str]:
     """Shape and architecture: exactly the model the prediction sized."""
+    if spec.model.is_encoder_decoder:
+        return t5_model_args(spec)
     m, w = spec.model, spec.workload
     args = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
             "--ffn-hidden-size", str(m.ffn_hidden_size),
@@ -42,24 +93,61 @@ def model_args(spec: LaunchSpec) -> list[str]:
             "--max-position-embeddings", str(max(w.seq_len, m.seq_len))]
     if m.num_kv_heads != m.num_heads and m.attention_kind != "mla":
         args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
-    args += attention_args(spec)
+    args += attention_args(spec) + t5_activation_args(m)
+    return args + architecture_args(spec) + experts_args(spec)
+
+
+def t5_model_args(spec: LaunchSpec) -> list[str]:
+    """pretrain_t5.py's shape: encoder and decoder depths and sequence lengths in place
+    of --num-layers/--seq-length (validate_args refuses both forms together)."""
+    m, w = spec.model, spec.workload
+    args = ["--encoder-num-layers", str(m.encoder_layers),
+            "--decoder-num-layers", str(m.decoder_layers),
+            "--hidden-size", str(m.hidden_size), "--ffn-hidden-size", str(m.ffn_hidden_size),
+            "--num-attention-heads", str(m.num_heads),
+            "--encoder-seq-length", str(w.seq_len),
+            "--decoder-seq-length", str(m.decoder_seq_len),
+            # validate_args: at least the encoder's and the decoder's length
+            "--max-position-embeddings", str(max(w.seq_len, m.seq_len, m.decoder_seq_len))]
+    if m.kv_channels:
+        args += ["--kv-channels", str(m.kv_channels)]
+    return args + t5_activation_args(m) + architecture_args(spec)
+
+
+def t5_activation_args(m: ModelSpec) -> list[str]:  # any model: GPT too
+    """The MLP's activation; geglu as --quick-geglu (megatron_notes says why)."""
     if m.mlp_kind == "swiglu":
-        args.append("--swiglu")
-    args += ["--normalization", "RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm"]
+        return ["--swiglu"]
+    if m.mlp_kind == "geglu":
+        # megatron-core 0.16.1 mlp.py fuses the bias into gelu and swiglu only (a dense
+        # MLP raises "Only support fusion of gelu and swiglu"): unfused for quick-GELU.
+        return ["--quick-geglu", "--no-bias-gelu-fusion"]
+    return []   # gelu; reglu gets no file (not_written_reason)
+
+
+def position_args(spec: LaunchSpec) -> list[str]:
+    """Learned absolute, RoPE with the family's base, or T5's relative bias."""
+    m = spec.model
     if m.position_embedding == "rope":
-        args += ["--position-embedding-type", "rope",
-                 "--rotary-base", str(spec.family.rotary_base)]
-    else:
-        args += ["--position-embedding-type", "learned_absolute"]
+        return ["--position-embedding-type", "rope", "--rotary-base", str(spec.family.rotary_base)]
+    if m.position_embedding == "relative":   # T5's bias, 32 buckets (Megatron's default)
+        return ["--position-embedding-type", "relative"]
+    return ["--position-embedding-type", "learned_absolute"]
+
+
+def architecture_args(spec: LaunchSpec) -> list[str]:
+    """Norm, positions, tying, biases, dropout, init and vocabulary padding."""
+    m = spec.model
+    args = ["--normalization", "RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm"]
+    args += position_args(spec)
     if not m.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     if not m.has_bias:
         args.append("--disable-bias-linear")
-    args += ["--attention-dropout", f"{m.attention_dropout:g}",
-             "--hidden-dropout", f"{m.hidden_dropout:g}",
-             "--init-method-std", f"{spec.base.init_method_std:.6g}",
-             "--make-vocab-size-divisible-by", str(spec.vocab_divisor)]
-    return args + experts_args(spec)
+    return args + ["--attention-dropout", f"{m.attention_dropout:g}",
+                   "--hidden-dropout", f"{m.hidden_dropout:g}",
+                   "--init-method-std", f"{spec.base.init_method_std:.6g}",
+                   "--make-vocab-size-divisible-by", str(spec.vocab_divisor)]
 
 
 def attention_args(spec: LaunchSpec) -> list[str]:
@@ -211,6 +299,8 @@ def data_args(spec: LaunchSpec, data: str = "real") -> list[str]:
     synthetic data with a NullTokenizer of the same vocabulary (a smoke test)."""
     if data not in DATA_MODES:
         raise ValueError(f"data must be one of {DATA_MODES}, got {data!r}")
+    if spec.model.is_encoder_decoder:
+        return t5_data_args(spec, data)
     fam = spec.family
     if data == "mock" or fam.placeholder:
         # NullTokenizer adds one end-of-document token to --vocab-size.
@@ -225,6 +315,43 @@ def data_args(spec: LaunchSpec, data: str = "real") -> list[str]:
     if data == "mock":
         return ["--mock-data"] + tokenizer
     return ["--data-path", "$DATA_PATH", "--split", SPLIT] + tokenizer
+
+
+def t5_data_args(spec: LaunchSpec, data: str = "real") -> list[str]:
+    """pretrain_t5.py's dataset and tokenizer: real data only, the legacy tokenizer with
+    the sentinels (megatron_notes says why)."""
+    if data != "real":
+        raise ValueError(f"no {data} data for {spec.model.name}: pretrain_t5.py has no "
+                         "synthetic T5 data")
+    fam = spec.family
+    if fam.tokenizer_type == "BertWordPieceCase":
+        tokenizer = ["--tokenizer-type", fam.tokenizer_type, "--vocab-file", "$VOCAB_FILE"]
+    else:
+        tokenizer = ["--tokenizer-type", fam.tokenizer_type, "--tokenizer-model",
+                     "$TOKENIZER_MODEL"]
+    return (["--data-path", "$DATA_PATH", "--split", SPLIT] + tokenizer
+            + ["--vocab-extra-ids", str(SENTINEL_TOKENS), "--legacy-tokenizer"])
+
+
+def megatron_notes(spec: LaunchSpec) -> list[str]:
+    """Header lines on what the arguments cannot say themselves (none for GPT)."""
+    m = spec.model
+    if not m.is_encoder_decoder:
+        return []
+    notes = [PRETRAIN_SCRIPT_NOTE]
+    if m.mlp_kind == "geglu":
+        notes.append("GeGLU: Megatron-LM has no gated MLP with exact GELU; --quick-geglu "
+                     "builds the same gated MLP (shapes, parameters) with quick-GELU "
+                     "x*sigmoid(1.702x), a close approximation of GELU")
+    notes += ["no MOCK_DATA: pretrain_t5.py's T5MaskedWordPieceDataset has no synthetic mode "
+              "and needs the tokenizer's sentinel tokens",
+              "--legacy-tokenizer: the dataset reads the tokenizer that sized the vocabulary, "
+              "sentinels included (as Megatron-LM's own t5_11b_mcore_tp4_pp1 test)"]
+    if spec.family.placeholder:
+        notes.append(f"no tokenizer recorded for {m.family}: TOKENIZER_MODEL, with Megatron's "
+                     f"special tokens and {SENTINEL_TOKENS} sentinels, must fill the "
+                     f"{m.vocab_size}-token vocabulary")
+    return notes
 
 
 def output_args(spec: LaunchSpec) -> list[str]:
@@ -285,18 +412,12 @@ def bash_array(name: str, args: list[str], indent: str = "") -> list[str]:
 
 def argument_arrays(spec: LaunchSpec) -> list[str]:
     """The bash arrays both megatron_args.sh and launch.sbatch carry (identical text):
-    one per group, then DATA_ARGS chosen by MOCK_DATA=1 (synthetic) or real data."""
+    one per group, then DATA_ARGS chosen by MOCK_DATA=1 (synthetic) or real data
+    (real data only for T5)."""
     lines = []
     for name, title, build in GROUPS:
         lines += [f"# {title}"] + bash_array(name, build(spec))
-    real, mock = data_args(spec, "real"), data_args(spec, "mock")
-    lines += ["# data and tokenizer: MOCK_DATA=1 for a smoke test on synthetic data",
-              'if [[ "${MOCK_DATA:-0}" == 1 ]]; then']
-    lines += bash_array("DATA_ARGS", mock, "    ")
-    lines += ["else"]
-    for name in used_placeholders(real):
-        lines.append(f'    : "${{{name}:?set {name}: {PLACEHOLDERS[name]}}}"')
-    lines += bash_array("DATA_ARGS", real, "    ") + ["fi"]
+    lines += _t5_data_lines(spec) if spec.model.is_encoder_decoder else _data_lines(spec)
     for name in used_placeholders(output_args(spec)):
         lines.insert(0, f'{name}="${{{name}:-$PWD/{name.lower().replace("_dir", "")}}}"'
                         f"  # {PLACEHOLDERS[name]}")
@@ -304,12 +425,32 @@ def argument_arrays(spec: LaunchSpec) -> list[str]:
     return lines + [f'MEGATRON_ARGS=({names} "${{DATA_ARGS[@]}}")']
 
 
+def _data_lines(spec: LaunchSpec) -> list[str]:
+    real, mock = data_args(spec, "real"), data_args(spec, "mock")
+    lines = ["# data and tokenizer: MOCK_DATA=1 for a smoke test on synthetic data",
+             'if [[ "${MOCK_DATA:-0}" == 1 ]]; then']
+    lines += bash_array("DATA_ARGS", mock, "    ")
+    lines += ["else"]
+    for name in used_placeholders(real):
+        lines.append(f'    : "${{{name}:?set {name}: {PLACEHOLDERS[name]}}}"')
+    return lines + bash_array("DATA_ARGS", real, "    ") + ["fi"]
+
+
+def _t5_data_lines(spec: LaunchSpec) -> list[str]:
+    real = t5_data_args(spec)
+    lines = ["# data and tokenizer (pretrain_t5.py has no synthetic data)"]
+    for name in used_placeholders(real):
+        lines.append(f': "${{{name}:?set {name}: {ENCODER_DECODER_PLACEHOLDERS[name]}}}"')
+    return lines + bash_array("DATA_ARGS", real)
+
+
 def megatron_args_script(spec: LaunchSpec) -> str:
     """megatron_args.sh: source it to get MEGATRON_ARGS (launch.sbatch has the same text)."""
-    head = ["#!/bin/bash", "# Megatron-LM pretrain_gpt.py arguments of the best plan. Source it:",
-            '#   source megatron_args.sh && torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}"',
+    script = pretrain_script(spec)
+    head = ["#!/bin/bash", f"# Megatron-LM {script} arguments of the best plan. Source it:",
+            f'#   source megatron_args.sh && torchrun ... {script} "${{MEGATRON_ARGS[@]}}"',
             "# or submit launch.sbatch, which carries the same arguments."]
-    head += [f"# {line}" for line in spec.describe()]
+    head += [f"# {line}" for line in spec.describe() + megatron_notes(spec)]
     body = argument_arrays(spec)
     return "\n".join(head + ["# shellcheck disable=SC2034  # used by whoever sources this"]
                      + body) + "\n"

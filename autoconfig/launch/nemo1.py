@@ -18,8 +18,13 @@ qk_layernorm, the dispatcher...) straight through. Its default layer spec
 QK-norm models ask for ``decoder_block_gpt`` (megatron-core
 get_gpt_decoder_block_spec: per-layer kinds and norms from the config). What
 NeMo 1 cannot build gets no file and a reason (``not_written_reason``).
+
+Encoder-decoder models (T5, mT5) get megatron_t5_pretraining.py's overrides
+(nemo1_t5.py) against megatron_t5_config.yaml instead.
 """
 
+from autoconfig.launch import nemo1_t5
+from autoconfig.launch.encdec import NEMO_SCRIPT, nemo1_trainer_overrides
 from autoconfig.launch.spec import LaunchSpec
 
 # Keys of megatron_gpt_config.yaml (NeMo 8cfedd7) that the overrides set without '+'
@@ -51,6 +56,9 @@ NEMO_TOKENIZERS = {
 def not_written_reason(spec: LaunchSpec) -> str | None:
     """Why NeMo 1 cannot run this model or plan (None: it can)."""
     m, p = spec.model, spec.plan
+    t5 = nemo1_t5.not_written_reason(spec) if m.is_encoder_decoder else None
+    if t5:
+        return t5
     if m.attention_kind == "mla":
         # megatron_base_model.py only swaps in MLATransformerConfig; no NeMo 1 config or
         # layer spec builds MLA layers; NeMo's DeepSeek is NeMo 2 (llm/gpt/model/deepseek.py).
@@ -127,11 +135,9 @@ def _value(v) -> str:
 
 def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     """key -> value (no '+' yet), in a readable order."""
-    m, p, w, b, c = spec.model, spec.plan, spec.workload, spec.base, spec.cluster
+    m, p, w, b = spec.model, spec.plan, spec.workload, spec.base
     o: dict[str, object] = {
-        "trainer.num_nodes": c.nodes, "trainer.devices": c.gpus_per_node,
-        "trainer.precision": "bf16", "trainer.max_steps": spec.train_iters,
-        "trainer.gradient_clip_val": b.clip_grad,
+        **nemo1_trainer_overrides(spec),
         # shape and architecture
         "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
         "model.ffn_hidden_size": m.ffn_hidden_size, "model.num_attention_heads": m.num_heads,
@@ -213,15 +219,31 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
 
 def nemo1_overrides(spec: LaunchSpec) -> list[str]:
     """``key=value`` lines, ``+key=value`` for keys the base yaml lacks."""
-    return [f"{'+' if key in ADDED_KEYS else ''}{key}={_value(value)}"
-            for key, value in overrides_dict(spec).items()]
+    if spec.model.is_encoder_decoder:
+        added, overrides = nemo1_t5.ADDED_KEYS, nemo1_t5.overrides_dict(spec)
+    else:
+        added, overrides = ADDED_KEYS, overrides_dict(spec)
+    return [f"{'+' if key in added else ''}{key}={_value(value)}"
+            for key, value in overrides.items()]
+
+
+def entry_point(spec: LaunchSpec) -> tuple[str, str]:
+    """(script, Hydra config) in NeMo's examples/nlp/language_modeling/ that the
+    overrides are for."""
+    if spec.model.is_encoder_decoder:
+        return NEMO_SCRIPT, "megatron_t5_config.yaml"
+    return "megatron_gpt_pretraining.py", "megatron_gpt_config.yaml"
 
 
 def nemo1_text(spec: LaunchSpec) -> str:
     """nemo_overrides.txt: comment header, one override per line."""
+    script, config = entry_point(spec)
     head = [f"# {line}" for line in spec.describe()]
-    head += ["# NeMo 1: composes with examples/nlp/language_modeling/conf/megatron_gpt_config.yaml;",
+    head += [f"# NeMo 1: composes with examples/nlp/language_modeling/conf/{config};",
              "# mapfile -t O < <(grep -v '^#' nemo_overrides.txt) && "
-             'python megatron_gpt_pretraining.py "${O[@]}"',
-             "# set DATA_PATH, CHECKPOINT_DIR (and VOCAB_FILE, MERGE_FILE for GPT-2 BPE)"]
+             f'python {script} "${{O[@]}}"']
+    if spec.model.is_encoder_decoder:
+        head += [f"# {line}" for line in nemo1_t5.notes(spec)]
+    else:
+        head += ["# set DATA_PATH, CHECKPOINT_DIR (and VOCAB_FILE, MERGE_FILE for GPT-2 BPE)"]
     return "\n".join(head + nemo1_overrides(spec)) + "\n"

@@ -12,7 +12,8 @@ The script passes shellcheck (tests/test_launch_sbatch.py).
 
 import shlex
 
-from autoconfig.launch.megatron_lm import argument_arrays, shell_word
+from autoconfig.launch.megatron_lm import (argument_arrays, megatron_notes, pretrain_script,
+                                           shell_word)
 from autoconfig.launch.spec import LaunchSpec
 
 MASTER_PORT = 6000
@@ -74,17 +75,34 @@ def _directives(spec: LaunchSpec, time_limit_min: int | None) -> list[str]:
     return lines + ["#SBATCH --output=%x-%j.out"]
 
 
+def _submit_lines(spec: LaunchSpec, megatron: bool) -> list[str]:
+    """How to submit it and which variables to set (T5: real data, its tokenizer file)."""
+    t5 = spec.model.is_encoder_decoder
+    if not megatron:
+        submit = []
+    elif t5:
+        submit = ["# Submit: sbatch launch.sbatch  (real data only: pretrain_t5.py has no "
+                  "synthetic data)"]
+    else:
+        submit = ["# Submit: sbatch launch.sbatch  (MOCK_DATA=1 sbatch launch.sbatch: "
+                  "synthetic data)"]
+    tokenizer = ("VOCAB_FILE or TOKENIZER_MODEL, the tokenizer" if t5
+                 else "VOCAB_FILE/MERGE_FILE for GPT-2 BPE")
+    return submit + [f"# Set DATA_PATH (and {tokenizer}), CHECKPOINT_DIR, LOG_DIR,"]
+
+
 def render_sbatch(spec: LaunchSpec, program: list[str] | None = None,
                   program_args: list[str] | None = None) -> str:
-    """The batch script. Default program: ``python $MEGATRON_LM/pretrain_gpt.py`` with
-    the arrays of megatron_lm.argument_arrays; otherwise ``program program_args``."""
+    """The batch script. Default program: ``python $MEGATRON_LM/pretrain_gpt.py``
+    (pretrain_t5.py for T5) with the arrays of megatron_lm.argument_arrays; otherwise
+    ``program program_args``."""
     megatron = program is None
     head = ["#!/bin/bash"] + _directives(spec, spec.slurm.time_limit_min)
-    head += [f"# {line}" for line in spec.describe()]
-    head += (["# Submit: sbatch launch.sbatch  (MOCK_DATA=1 sbatch launch.sbatch: synthetic data)"]
-             if megatron else [f"# Runs: {' '.join(program)} on every task"])
+    head += [f"# {line}" for line in spec.describe()
+             + (megatron_notes(spec) if megatron else [])]
+    head += [] if megatron else [f"# Runs: {' '.join(program)} on every task"]
+    head += _submit_lines(spec, megatron)
     head += [
-             "# Set DATA_PATH (and VOCAB_FILE/MERGE_FILE for GPT-2 BPE), CHECKPOINT_DIR, LOG_DIR,",
              f"# MEGATRON_LM (a Megatron-LM checkout, default {MEGATRON_LM_DEFAULT}) and",
              "# CONTAINER_IMAGE (pyxis/enroot image; empty: run on the host).",
              "set -euo pipefail", ""]
@@ -98,7 +116,7 @@ def render_sbatch(spec: LaunchSpec, program: list[str] | None = None,
              "export MASTER_ADDR MASTER_PORT", ""]
     if megatron:
         body += [f'MEGATRON_LM="${{MEGATRON_LM:-{MEGATRON_LM_DEFAULT}}}"',
-                 'PROGRAM=(python "$MEGATRON_LM/pretrain_gpt.py")']
+                 f'PROGRAM=(python "$MEGATRON_LM/{pretrain_script(spec)}")']
         body += argument_arrays(spec)
     else:
         body += ["PROGRAM=(" + " ".join(shell_word(t) for t in program) + ")",

@@ -19,6 +19,8 @@ from autoconfig.core.plan import (Plan, Workload, counts_embedding_and_loss,
                                   is_short_last_layout, stage_layers)
 from autoconfig.errors import CatalogError
 from autoconfig.heuristics import load_heuristics
+from autoconfig.core.catalog import published_schedule
+from autoconfig.launch.encdec import family_tokenizer
 from autoconfig.launch.moe import MoeLaunch, MoeRouter, moe_launch
 from autoconfig.training.stack import (DEFAULT_STACK, LAUNCHED_FRAMEWORK, SoftwareFeatures,
                                        grad_reduce_dtype, load_stack)
@@ -169,6 +171,9 @@ class LaunchSpec:
             return plan.recompute_num_layers
         if plan.recompute_method == "uniform":
             return 1
+        if self.model.is_encoder_decoder:
+            # megatron-core's T5 encoder and decoder are two blocks, each applying it
+            return max(self.model.encoder_layers, self.model.decoder_layers)
         return math.ceil(max(self.stage_layers) / plan.vp)
 
     @property
@@ -201,8 +206,25 @@ class LaunchSpec:
 
     @property
     def tp_comm_overlap(self) -> bool:
-        """Userbuffers overlap needs TP > 1 with sequence parallelism."""
+        """Userbuffers overlap needs TP > 1 with sequence parallelism, and one
+        sequence length (not T5's: ``tp_comm_overlap_off``)."""
+        return self._tp_comm_overlap_asked and not self.model.is_encoder_decoder
+
+    @property
+    def _tp_comm_overlap_asked(self) -> bool:
         return self.software.tp_comm_overlap and self.plan.tp > 1 and self.plan.sp
+
+    @property
+    def tp_comm_overlap_off(self) -> str | None:
+        """Why the stack's TP communication overlap is left off for this model (None: it is
+        not): Megatron-LM sizes the userbuffers for one sequence (seq_length x micro-batch,
+        megatron/training/initialize.py _initialize_tp_communicators, core_v0.16.1), and a
+        T5 decoder's GEMMs run over the decoder's shorter sequence."""
+        if not (self._tp_comm_overlap_asked and self.model.is_encoder_decoder):
+            return None
+        return ("TP communication overlap off: the userbuffers are sized for one sequence "
+                f"length, and T5's encoder ({self.workload.seq_len} tokens) and decoder "
+                f"({self.model.decoder_seq_len}) differ")
 
     @property
     def launchable(self) -> bool:
@@ -247,6 +269,7 @@ class LaunchSpec:
                  f"schedule: {self.train_samples} samples ({self.base.tokens:.4g} tokens), "
                  f"lr {self.base.lr:.4g} -> {self.base.min_lr:.4g} {self.base.lr_decay_style}, "
                  f"warm-up {self.warmup_samples} samples, decay {self.decay_samples} samples"]
+        lines += [self.tp_comm_overlap_off] if self.tp_comm_overlap_off else []
         return lines + ([self.moe.describe()] if self.moe else [])
 
 
@@ -276,6 +299,15 @@ def family_launch(model: ModelSpec) -> FamilyLaunch:
     entry = (data.get("families") or {}).get(model.family)
     recipe, builds = _bridge_recipe(model, data, entry)
     router = _router(model, data)
+    if model.is_encoder_decoder:
+        # T5's data pipeline needs a tokenizer with sentinels (no NullTokenizer); no
+        # Bridge recipe runs T5, so the recipe is never written (bridge.py); RoPE base:
+        # Megatron's default (the catalog's T5s have learned positions).
+        tokenizer, placeholder = family_tokenizer(model)
+        return FamilyLaunch(tokenizer_type=tokenizer.tokenizer_type,
+                            tokenizer_model=tokenizer.origin,
+                            tokenizer_vocab_size=tokenizer.vocab_size, rotary_base=10000,
+                            bridge_recipe=recipe, placeholder=placeholder, router=router)
     if entry is None:
         return FamilyLaunch(tokenizer_type="NullTokenizer", tokenizer_model="none",
                             tokenizer_vocab_size=model.vocab_size, rotary_base=10000,
@@ -334,6 +366,9 @@ def launch_spec(model: ModelSpec, workload: Workload, plan: Plan, cluster: Clust
         base = base_for_model(model, workload.precision)
         source = (f"autoconfig base defaults for {model.name} (no --base given: "
                   "Chinchilla tokens, GPT-3 LR table and schedule)")
+        if model.is_encoder_decoder or published_schedule(model):
+            source = (f"autoconfig base defaults for {model.name} (no --base given: its "
+                      "published schedule and batch; `autoconfig base` cites each value)")
     else:
         source = f"base config {base_path}" if base_path else "base config (given)"
     return LaunchSpec(model=model, base=base, base_source=source, plan=plan, workload=workload,

@@ -32,6 +32,16 @@ rank 32 if the model has one, head dims 16 + 8 rope, values 16); the worker
 runs it where it can (not on CPU, see worker.py). The head width is the
 proxy's (``kv_channels`` dropped); Q/K norms and MTP modules are kept.
 
+Encoder-decoder models (T5) stay encoder-decoder:
+
+- encoder and decoder layers: each ``min(model's, 2)``, so the proxy has both
+  stacks within the 4 layers (megatron-core runs T5 with pp 1 only: no rounding
+  to pipeline stages; the worker refuses pp > 1 for T5);
+- sequence: the encoder's as above; the decoder's keeps its ratio to the
+  encoder's (``decoder_seq_len * proxy seq / workload seq``, at least 1), rounded
+  up to ``tp`` with sequence parallelism (the decoder's sequence is split over
+  TP too) and at most the encoder's.
+
 MLP kind, norm, position embedding, biases and tying are kept. The plan itself
 (tp, pp, vp, cp, dp, sp, mbs, recompute, distributed optimizer, ep, etp) is
 unchanged. CPU figures measure the plan's structure, not GPU speed.
@@ -52,6 +62,8 @@ PROXY_MAX_MICROBATCHES = 4
 PROXY_MAX_EXPERTS = 8
 PROXY_MLA_RANK = 32
 PROXY_MLA_ROPE_DIM = 8
+PROXY_MAX_STACK_LAYERS = PROXY_MAX_LAYERS // 2
+"""Encoder-decoder proxies: layers of each stack."""
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -71,11 +83,13 @@ def cpu_proxy(model: ModelSpec, plan: Plan, workload: Workload) -> tuple[ModelSp
     hidden = heads * PROXY_HEAD_DIM
     ffn = round_up(max(1, round(model.ffn_hidden_size / model.hidden_size * hidden)), plan.tp)
     seq = round_up(min(workload.seq_len, PROXY_MAX_SEQ), 2 * plan.cp if plan.cp > 1 else 1)
+    stacks = _encoder_decoder_fields(model, plan, workload, seq)
+    layers = stacks.pop("num_layers", layers)
     proxy = replace(model, name=f"{model.name}-cpu-proxy", num_layers=layers, hidden_size=hidden,
                     num_heads=heads, num_kv_heads=kv_heads, ffn_hidden_size=ffn,
                     vocab_size=round_up(min(model.vocab_size, PROXY_MAX_VOCAB), plan.tp),
                     seq_len=seq, kv_channels=0, **_moe_fields(model, plan, hidden, layers),
-                    **_mla_fields(model))
+                    **_mla_fields(model), **stacks)
     return proxy, Workload(global_batch_size=plan.mbs * plan.dp * _microbatches(plan, workload),
                            seq_len=seq, precision=workload.precision)
 
@@ -112,3 +126,15 @@ def _mla_fields(model: ModelSpec) -> dict:
     return {"q_lora_rank": PROXY_MLA_RANK if model.q_lora_rank else 0,
             "kv_lora_rank": PROXY_MLA_RANK, "qk_nope_head_dim": PROXY_HEAD_DIM,
             "qk_rope_head_dim": PROXY_MLA_ROPE_DIM, "v_head_dim": PROXY_HEAD_DIM}
+
+
+def _encoder_decoder_fields(model: ModelSpec, plan: Plan, workload: Workload, seq: int) -> dict:
+    """Layers (both stacks) and decoder length of an encoder-decoder proxy; {} otherwise."""
+    if not model.is_encoder_decoder:
+        return {}
+    encoder = min(model.encoder_layers, PROXY_MAX_STACK_LAYERS)
+    decoder = min(model.decoder_layers, PROXY_MAX_STACK_LAYERS)
+    scaled = max(1, round(model.decoder_seq_len * seq / workload.seq_len))
+    decoder_seq = min(round_up(scaled, plan.tp if plan.sp else 1), seq)
+    return {"num_layers": encoder + decoder, "decoder_layers": decoder,
+            "decoder_seq_len": decoder_seq}

@@ -67,6 +67,29 @@ and Adam steps, 1 warm-up + 2 timed):
   TransformerEngine's attention. On CPU (and on GPUs without TE) an MLA model
   runs grouped-query attention with the same heads, and the record says so.
 - Multi-token-prediction modules are not built (noted in the record).
+
+Encoder-decoder models (T5, mT5): one megatron-core ``T5Model`` per rank, an
+encoder config with the encoder's layers and a decoder config with the
+decoder's (both from the same plan, as Megatron-LM's pretrain_t5.py builds
+them, so ``recompute_num_layers`` applies to each stack); GeGLU/ReGLU/SwiGLU
+as a gated MLP with GELU/ReLU/SiLU. Synthetic batches hold encoder tokens
+[b, seq_len], decoder tokens and labels [b, decoder_seq_len], a loss mask
+and the encoder, decoder and encoder-decoder attention masks megatron-core's
+T5 dataset makes (``T5MaskedWordPieceDataset.config_attention_mask``: [b, 1,
+q, k] masks for the local spec, padding masks for TransformerEngine's).
+Tokens per second count encoder tokens (samples x seq_len), as NeMo counts
+T5's; the loss is the mean over decoder tokens. megatron-core 0.16 runs T5
+with pp 1 only ("Pipeline parallelism is not supported for T5") and has no
+context-parallel or expert path for it: such a plan gets a one-line failed
+record before any rank starts (``encoder_decoder_refusal``). On CPU (torch
+2.13.0, megatron-core 0.16.1, tiny-t5, checked 2026-11-24) TP 2 with and
+without SP, DP 2 with the distributed optimizer, micro-batch 2 with gradient
+accumulation, full (uniform, block) and selective recompute ran as they are,
+with the same losses (the same function, as for GPT). A relative position
+bias does not run without TransformerEngine: megatron-core's local
+DotProductAttention raises "Attention bias is not supported for
+DotProductAttention."; there the run uses learned absolute positions and the
+record says so.
 """
 
 import argparse
@@ -98,9 +121,28 @@ CPU_MOE_DISPATCHERS = ("alltoall", "allgather")
 CPU_RUNS_MLA = False
 """megatron-core's multi-latent attention needs TransformerEngine's attention (module doc):
 on CPU an MLA model's proxy runs grouped-query attention, and its record says so."""
+RELATIVE_BIAS_NOTE = ("relative position bias needs TransformerEngine's attention (megatron-core's "
+                      "local DotProductAttention refuses an attention bias): ran learned "
+                      "absolute positions")
+"""What a T5 run with a relative position bias changes where TE is missing (CPU included)."""
 MCORE_DISPATCHERS = {"allgather": ("allgather", None), "alltoall": ("alltoall", None),
                      "flex-deepep": ("flex", "deepep"), "flex-hybridep": ("flex", "hybridep")}
 """stack.MOE_DISPATCHERS -> megatron-core (moe_token_dispatcher_type, moe_flex_dispatcher_backend)."""
+MLP_ACTIVATIONS = {"gelu": (False, "gelu"), "swiglu": (True, "silu"), "geglu": (True, "gelu"),
+                   "reglu": (True, "relu")}
+"""ModelSpec.mlp_kind -> (gated_linear_unit, torch.nn.functional activation)."""
+T5_POSITIONS = {"learned": "learned_absolute", "relative": "relative", "rope": "rope"}
+"""ModelSpec.position_embedding -> T5Model's position_embedding_type."""
+T5_SINGLE_AXES = (
+    ("pp", "megatron-core 0.16's pretrain_t5.py raises 'Pipeline parallelism is not supported "
+           "for T5'"),
+    ("vp", "virtual pipeline stages need pipeline parallelism, which T5 does not have"),
+    ("cp", "no megatron-core T5 path splits the sequence over context-parallel ranks"),
+    ("ep", "an encoder-decoder model has no experts to split"))
+"""Plan axes an encoder-decoder model runs only at 1, and why."""
+PAD_TOKEN = 0
+"""megatron-core's T5 masks treat token ids below 1 as padding (t5_dataset.py):
+synthetic T5 tokens are drawn from 1 up, so every token is attended."""
 
 
 # ---------------------------------------------------------------- one rank
@@ -108,6 +150,9 @@ MCORE_DISPATCHERS = {"allgather": ("allgather", None), "alltoall": ("alltoall", 
 
 def run_task(spec: ProfileSpec) -> ProfileResult | None:
     """Run one rank of ``spec``; rank 0 returns the result, a failing rank its failure, others None."""
+    refusal = encoder_decoder_refusal(spec.model, spec.plan)
+    if refusal:   # every rank refuses alike before any rendezvous: none waits on another
+        return ProfileResult.failed(spec, "error", refusal)
     rank, world_size, local_rank, addr, port = _dist_env(spec)
     import torch
 
@@ -124,6 +169,19 @@ def run_task(spec: ProfileSpec) -> ProfileResult | None:
         dispatcher, notes = run_choices(spec)
         return dataclasses.replace(result, moe_dispatcher=dispatcher, run_notes="; ".join(notes))
     return None
+
+
+def encoder_decoder_refusal(model, plan) -> str:
+    """'' when the plan runs as asked; for an encoder-decoder model with an axis
+    megatron-core's T5 cannot run (T5_SINGLE_AXES), a one-line reason."""
+    if not model.is_encoder_decoder:
+        return ""
+    for axis, why in T5_SINGLE_AXES:
+        value = getattr(plan, axis)
+        if value != 1:
+            return (f"invalid {axis} {value} for encoder-decoder model {model.name!r}: {why}; "
+                    f"T5 runs with {axis} 1")
+    return ""
 
 
 def _dist_env(spec: ProfileSpec) -> tuple[int, int, int, str, int]:
@@ -146,6 +204,28 @@ def _dist_env(spec: ProfileSpec) -> tuple[int, int, int, str, int]:
     return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
             int(os.environ.get("LOCAL_RANK", 0)), os.environ.get("MASTER_ADDR", spec.master_addr),
             int(os.environ.get("MASTER_PORT", spec.master_port)))
+
+
+def cpu_threads_per_rank(cores: int, ranks_on_node: int) -> int:
+    """Intra-op threads of one CPU rank: its share of the cores. torch takes every
+    core per process, so N ranks oversubscribe them N times and a gloo collective
+    waits on descheduled peers (tiny-t5 TP 2 x DP 2 on 2 cores: 8 s a step instead
+    of 0.4 s through the local executor)."""
+    return max(1, cores // max(1, ranks_on_node))
+
+
+def _ranks_on_this_node(world_size: int) -> int:
+    """Ranks sharing this machine: torchrun's LOCAL_WORLD_SIZE, else submitit's
+    tasks per node, else every rank (a single-node job)."""
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        return int(os.environ["LOCAL_WORLD_SIZE"])
+    import submitit
+
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:
+        return world_size
+    return max(1, env.num_tasks // max(1, env.num_nodes))
 
 
 def _error_tail() -> str:
@@ -175,6 +255,9 @@ def _run_rank(spec: ProfileSpec, rank: int, world_size: int, local_rank: int,
                          f"{world_size}")
     if spec.device == "cuda":
         torch.cuda.set_device(local_rank)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(cpu_threads_per_rank(len(os.sched_getaffinity(0)),
+                                                   _ranks_on_this_node(world_size)))
     torch.distributed.init_process_group(
         backend="nccl" if spec.device == "cuda" else "gloo", rank=rank, world_size=world_size,
         init_method=f"tcp://{addr}:{port}",
@@ -205,12 +288,20 @@ def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
     torch.manual_seed(spec.seed)
     model_parallel_cuda_manual_seed(spec.seed)
 
-    config = _transformer_config(spec)
-    if spec.model.is_moe:
-        _define_missing_te_gemm()
-    chunks = _build_model(spec, config)
+    m = spec.model
+    if m.is_encoder_decoder:
+        # The schedule, DDP and the optimizer read the model's own config: the decoder's.
+        encoder_config, config = (_transformer_config(spec, layers)
+                                  for layers in (m.encoder_layers, m.decoder_layers))
+        chunks = _build_t5_model(spec, encoder_config, config)
+        microbatches = _t5_microbatches_of_this_rank(spec)
+    else:
+        config = _transformer_config(spec)
+        if m.is_moe:
+            _define_missing_te_gemm()
+        chunks = _build_model(spec, config)
+        microbatches = _microbatches_of_this_rank(spec)
     optimizer = _build_optimizer(spec, config, chunks)
-    microbatches = _microbatches_of_this_rank(spec)
     forward_backward = get_forward_backward_func()
     step_times, losses = [], []
     for _ in range(spec.warmup_steps + spec.timed_steps):
@@ -224,14 +315,17 @@ def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
 def model_as_run(spec: ProfileSpec):
     """The model the worker builds: ``spec.model`` less what this device cannot run
     (multi-latent attention without TransformerEngine becomes grouped-query
-    attention with the same heads) and less multi-token prediction (not built).
-    ``run_choices`` says so in the record."""
+    attention with the same heads; a T5 relative position bias, learned absolute
+    positions) and less multi-token prediction (not built). ``run_choices`` says
+    so in the record."""
     m, changes = spec.model, {}
     if m.attention_kind == "mla" and not _mla_runs_here(spec):
         changes.update(attention_kind="gqa", q_lora_rank=0, kv_lora_rank=0, qk_nope_head_dim=0,
                        qk_rope_head_dim=0, v_head_dim=0)
     if m.mtp_layers:
         changes["mtp_layers"] = 0
+    if m.position_embedding == "relative" and not _uses_transformer_engine(spec):
+        changes["position_embedding"] = "learned"
     return dataclasses.replace(m, **changes) if changes else m
 
 
@@ -265,6 +359,8 @@ def run_choices(spec: ProfileSpec) -> tuple[str, list[str]]:
                      "attention with the same heads")
     if m.mtp_layers:
         notes.append(f"the {m.mtp_layers} multi-token-prediction module(s) were not built")
+    if m.position_embedding == "relative" and not _uses_transformer_engine(spec):
+        notes.append(RELATIVE_BIAS_NOTE)
     return dispatcher, notes
 
 
@@ -301,27 +397,34 @@ def _stage_split(num_layers: int, plan) -> dict:
             "num_layers_in_last_pipeline_stage": plan.last_stage_layers or None}
 
 
-def _transformer_config(spec: ProfileSpec):
+def _recompute_fields(plan, layers_per_chunk: int) -> dict:
+    """TransformerConfig recompute fields of the plan for a chunk of ``layers_per_chunk`` layers."""
+    if plan.recompute == "selective":
+        return {"recompute_granularity": "selective"}
+    if plan.recompute != "full":
+        return {}
+    if plan.recompute_method == "block":
+        # 0 = every layer of the stage; more than the chunk holds is clamped.
+        count = min(plan.recompute_num_layers or layers_per_chunk, layers_per_chunk)
+    else:
+        # uniform: checkpoint groups of N layers (every layer is recomputed); 0 -> 1 per group.
+        count = min(plan.recompute_num_layers or 1, layers_per_chunk)
+    return {"recompute_granularity": "full", "recompute_method": plan.recompute_method,
+            "recompute_num_layers": count}
+
+
+def _transformer_config(spec: ProfileSpec, num_layers: int | None = None):
+    """megatron-core's config of the model's stack, or of one stack of ``num_layers``
+    layers (an encoder-decoder model's encoder or decoder)."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     m, plan, on_gpu = spec.model, spec.plan, spec.device == "cuda"
+    layers = m.num_layers if num_layers is None else num_layers
     dtype = torch.bfloat16 if on_gpu else torch.float32
-    recompute = {}
-    if plan.recompute == "selective":
-        recompute = {"recompute_granularity": "selective"}
-    elif plan.recompute == "full":
-        layers_per_chunk = m.num_layers // (plan.pp * plan.vp)
-        if plan.recompute_method == "block":
-            # 0 = every layer of the stage; more than the chunk holds is clamped.
-            count = min(plan.recompute_num_layers or layers_per_chunk, layers_per_chunk)
-        else:
-            # uniform: checkpoint groups of N layers (every layer is recomputed); 0 -> 1 per group.
-            count = min(plan.recompute_num_layers or 1, layers_per_chunk)
-        recompute = {"recompute_granularity": "full", "recompute_method": plan.recompute_method,
-                     "recompute_num_layers": count}
-    gated = m.mlp_kind == "swiglu"
+    recompute = _recompute_fields(plan, layers // (plan.pp * plan.vp))
+    gated, activation = MLP_ACTIVATIONS[m.mlp_kind]
     config_class, attention = TransformerConfig, {}
     if m.attention_kind == "mla":   # model_as_run: only where it runs
         from megatron.core.transformer.transformer_config import MLATransformerConfig
@@ -335,14 +438,14 @@ def _transformer_config(spec: ProfileSpec):
     else:
         attention = {"kv_channels": m.kv_channels or None, "qk_layernorm": m.qk_norm}
     return config_class(
-        **_stage_split(m.num_layers, plan), **attention, **_moe_config(spec),
-        num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
+        **_stage_split(layers, plan), **attention, **_moe_config(spec),
+        num_layers=layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
         num_query_groups=m.num_kv_heads, ffn_hidden_size=m.ffn_hidden_size,
         tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
         virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
         context_parallel_size=plan.cp, sequence_parallel=plan.sp,
         hidden_dropout=0.0, attention_dropout=0.0,
-        gated_linear_unit=gated, activation_func=F.silu if gated else F.gelu,
+        gated_linear_unit=gated, activation_func=getattr(F, activation),
         normalization="RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm",
         add_bias_linear=m.has_bias, init_method_std=INIT_METHOD_STD,
         bf16=on_gpu, params_dtype=dtype, pipeline_dtype=dtype,
@@ -403,13 +506,40 @@ def _block_spec(spec: ProfileSpec, config, vp_stage):
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
-    if spec.device == "cuda" and _has_transformer_engine():
+    if _uses_transformer_engine(spec):
         return get_gpt_decoder_block_spec(config, use_transformer_engine=True, vp_stage=vp_stage)
     block = get_gpt_decoder_block_spec(
         config, use_transformer_engine=False,
         normalization="RMSNorm" if spec.model.norm_kind == "rmsnorm" else "LayerNorm",
         vp_stage=vp_stage)
     return _with_norm(block, _local_norm_classes(), _sequence_parallel_norm_class())
+
+
+def _t5_block_specs(spec: ProfileSpec) -> tuple:
+    """(encoder block, decoder block) of an encoder-decoder model, TransformerEngine's
+    on GPUs that have it, as ``_block_spec`` chooses for GPT.
+
+    megatron-core's local T5 block helpers name TENorm as the stacks' final norm,
+    None without TE: the local blocks are built here with a torch norm (one that
+    supports sequence parallel) in every norm's place.
+    """
+    from megatron.core.models.T5 import t5_spec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    m = spec.model
+    if _uses_transformer_engine(spec):
+        return (t5_spec.get_t5_encoder_with_transformer_engine_block_spec(m.encoder_layers),
+                t5_spec.get_t5_decoder_with_transformer_engine_block_spec(m.decoder_layers))
+    norm = _sequence_parallel_norm_class()
+    blocks = (TransformerBlockSubmodules([t5_spec.encoder_model_with_local_spec()]
+                                         * m.encoder_layers, layer_norm=norm),
+              TransformerBlockSubmodules([t5_spec.decoder_model_with_local_spec()]
+                                         * m.decoder_layers, layer_norm=norm))
+    return tuple(_with_norm(block, _local_norm_classes(), norm) for block in blocks)
+
+
+def _uses_transformer_engine(spec: ProfileSpec) -> bool:
+    return spec.device == "cuda" and _has_transformer_engine()
 
 
 @functools.lru_cache(maxsize=None)
@@ -423,9 +553,11 @@ def _has_transformer_engine() -> bool:
 
 def _local_norm_classes() -> tuple:
     from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.models.T5 import t5_spec
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
-    return tuple({WrappedTorchNorm, getattr(gpt_layer_specs, "LNImpl", WrappedTorchNorm)})
+    return tuple({WrappedTorchNorm, getattr(gpt_layer_specs, "LNImpl", WrappedTorchNorm),
+                  getattr(t5_spec, "LNImpl", WrappedTorchNorm)})
 
 
 def _with_norm(node, old: tuple, new):
@@ -479,9 +611,7 @@ def _padded_vocab(spec: ProfileSpec) -> int:
 def _build_model(spec: ProfileSpec, config) -> list:
     import torch
     from megatron.core import parallel_state
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt.gpt_model import GPTModel
-    from megatron.core.transformer.module import Float16Module
 
     m, plan = spec.model, spec.plan
     chunks = []
@@ -500,9 +630,42 @@ def _build_model(spec: ProfileSpec, config) -> list:
             model.cuda(torch.cuda.current_device())
         _redraw_weights(spec, config, model, stage)
         chunks.append(model)
+    return _wrap_for_training(spec, config, chunks)
+
+
+def _build_t5_model(spec: ProfileSpec, encoder_config, config) -> list:
+    """One megatron-core T5Model (pp 1: the whole encoder and decoder on every rank),
+    wrapped for training like a GPT chunk."""
+    import torch
+    from megatron.core.models.T5 import T5Model
+
+    from autoconfig.core.model import RELATIVE_ATTENTION_BUCKETS
+
+    m = spec.model
+    encoder_block, decoder_block = _t5_block_specs(spec)
+    model = T5Model(
+        config=config, encoder_config=encoder_config,
+        transformer_encoder_layer_spec=encoder_block, transformer_decoder_layer_spec=decoder_block,
+        vocab_size=_padded_vocab(spec),
+        # Learned positions cover the longer of the two sequences (the encoder's for T5).
+        max_sequence_length=max(spec.workload.seq_len, m.decoder_seq_len),
+        share_embeddings_and_output_weights=m.tied_embeddings,
+        position_embedding_type=T5_POSITIONS[m.position_embedding],
+        relative_attention_num_buckets=RELATIVE_ATTENTION_BUCKETS)
+    if spec.device == "cuda":
+        model.cuda(torch.cuda.current_device())
+    _redraw_weights(spec, config, model, None)
+    return _wrap_for_training(spec, config, [model])
+
+
+def _wrap_for_training(spec: ProfileSpec, config, chunks: list) -> list:
+    """Megatron DDP around each chunk (Float16Module first on GPUs), params broadcast."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.transformer.module import Float16Module
+
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=spec.device == "cuda",
-        use_distributed_optimizer=plan.distributed_optimizer)
+        use_distributed_optimizer=spec.plan.distributed_optimizer)
     wrapped = []
     for index, model in enumerate(chunks):
         if spec.device == "cuda":
@@ -618,40 +781,99 @@ def _microbatches_of_this_rank(spec: ProfileSpec) -> list[dict]:
 
     plan, seq = spec.plan, spec.workload.seq_len
     gbs = spec.workload.global_batch_size
-    if gbs % (plan.mbs * plan.dp):
-        raise ValueError(f"global batch {gbs} is not divisible by mbs*dp = {plan.mbs * plan.dp}")
     generator = torch.Generator().manual_seed(spec.seed)
     tokens = torch.randint(0, spec.model.vocab_size, (gbs, seq + 1), generator=generator)
-    device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" \
-        else torch.device("cpu")
-    per_rank = gbs // plan.dp
-    dp_rank = parallel_state.get_data_parallel_rank()
-    mine = tokens[dp_rank * per_rank:(dp_rank + 1) * per_rank]
     positions = torch.arange(seq).unsqueeze(0).expand(plan.mbs, seq)
     batches = []
-    for start in range(0, per_rank, plan.mbs):
-        rows = mine[start:start + plan.mbs]
-        batch = {"tokens": rows[:, :-1].contiguous(), "labels": rows[:, 1:].contiguous(),
+    for rows in _microbatch_rows(gbs, plan.mbs, plan.dp, parallel_state.get_data_parallel_rank()):
+        batch = {"tokens": tokens[rows, :-1].contiguous(), "labels": tokens[rows, 1:].contiguous(),
                  "position_ids": positions.contiguous()}
         batch = get_batch_on_this_cp_rank(batch)
-        batches.append({k: v.to(device) for k, v in batch.items()})
+        batches.append(_to_device(batch, _device(spec)))
     return batches
 
 
-def _forward_step(data_iterator, model):
+def _t5_microbatches_of_this_rank(spec: ProfileSpec) -> list[dict]:
+    """Synthetic T5 batches, sliced like ``_microbatches_of_this_rank``: encoder tokens
+    [b, seq_len], decoder tokens and next-token labels [b, decoder_seq_len], a loss
+    mask, and the three attention masks megatron-core's T5 dataset makes for the
+    spec that runs (local: [b, 1, q, k]; TransformerEngine: padding masks)."""
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.datasets.t5_dataset import T5MaskedWordPieceDataset
+
+    plan, m = spec.plan, spec.model
+    gbs, enc_len, dec_len = spec.workload.global_batch_size, spec.workload.seq_len, m.decoder_seq_len
+    generator = torch.Generator().manual_seed(spec.seed)
+    encoder = torch.randint(PAD_TOKEN + 1, m.vocab_size, (gbs, enc_len), generator=generator)
+    target = torch.randint(PAD_TOKEN + 1, m.vocab_size, (gbs, dec_len + 1), generator=generator)
+    batches = []
+    for rows in _microbatch_rows(gbs, plan.mbs, plan.dp, parallel_state.get_data_parallel_rank()):
+        enc, dec, labels = encoder[rows], target[rows, :-1], target[rows, 1:]
+        enc_mask, dec_mask, enc_dec_mask = T5MaskedWordPieceDataset.config_attention_mask(
+            enc, dec, enc == PAD_TOKEN, dec == PAD_TOKEN,
+            use_local=not _uses_transformer_engine(spec))
+        batch = {"text_enc": enc.contiguous(), "text_dec": dec.contiguous(),
+                 "labels": labels.contiguous(), "loss_mask": (labels != PAD_TOKEN).float(),
+                 "enc_mask": enc_mask, "dec_mask": dec_mask, "enc_dec_mask": enc_dec_mask}
+        batches.append(_to_device(batch, _device(spec)))
+    return batches
+
+
+def _microbatch_rows(gbs: int, mbs: int, dp: int, dp_rank: int) -> list[slice]:
+    """Rows of the global batch in each micro-batch of data-parallel rank ``dp_rank``."""
+    if gbs % (mbs * dp):
+        raise ValueError(f"global batch {gbs} is not divisible by mbs*dp = {mbs * dp}")
+    per_rank = gbs // dp
+    first = dp_rank * per_rank
+    return [slice(start, start + mbs) for start in range(first, first + per_rank, mbs)]
+
+
+def _device(spec: ProfileSpec):
     import torch
 
+    if spec.device == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _to_device(value, device):
+    """Tensors of a batch on ``device``; dicts, tuples (TE's cross-attention mask pair)
+    and None (the decoder mask TE's causal attention does without) kept as they are."""
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, device) for v in value)
+    return None if value is None else value.to(device)
+
+
+def _forward_step(data_iterator, model):
     batch = next(data_iterator)
     output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    return output, functools.partial(_loss_func, None)
 
-    def loss_func(output_tensor):
-        per_token = output_tensor.float()
+
+def _t5_forward_step(data_iterator, model):
+    """T5Model's forward as Megatron-LM's pretrain_t5.py calls it: per-token losses out."""
+    batch = next(data_iterator)
+    output = model(batch["text_enc"], batch["text_dec"], batch["enc_mask"], batch["dec_mask"],
+                   batch["enc_dec_mask"], lm_labels=batch["labels"])
+    return output, functools.partial(_loss_func, batch["loss_mask"])
+
+
+def _loss_func(loss_mask, output_tensor):
+    """(loss sum, tokens, report) of per-token losses; ``loss_mask`` None counts every token."""
+    import torch
+
+    per_token = output_tensor.float()
+    if loss_mask is None:
         total = per_token.sum()
         count = torch.tensor(per_token.numel(), dtype=torch.int, device=per_token.device)
-        # The schedule divides ``total`` in place: report a clone.
-        return total, count, {"loss_sum": total.detach().clone(), "tokens": count.clone()}
-
-    return output, loss_func
+    else:
+        total = (per_token * loss_mask).sum()
+        count = loss_mask.sum().to(torch.int)
+    # The schedule divides ``total`` in place: report a clone.
+    return total, count, {"loss_sum": total.detach().clone(), "tokens": count.clone()}
 
 
 def _one_step(spec: ProfileSpec, chunks, optimizer, forward_backward, microbatches):
@@ -664,7 +886,7 @@ def _one_step(spec: ProfileSpec, chunks, optimizer, forward_backward, microbatch
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
     reported = forward_backward(
-        forward_step_func=_forward_step,
+        forward_step_func=_t5_forward_step if spec.model.is_encoder_decoder else _forward_step,
         data_iterator=iterators if len(chunks) > 1 else iterators[0],
         model=chunks if len(chunks) > 1 else chunks[0],
         num_microbatches=len(microbatches), seq_length=spec.workload.seq_len,
@@ -689,8 +911,7 @@ def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
     """Reduce over ranks: iteration time and memory by max, losses by token-weighted mean."""
     import torch
 
-    device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" \
-        else torch.device("cpu")
+    device = _device(spec)
     times = torch.tensor(step_times, dtype=torch.float64, device=device)
     torch.distributed.all_reduce(times, op=torch.distributed.ReduceOp.MAX)
     # Every TP rank of the last stage holds the same loss: the factor cancels in sum/tokens.
@@ -701,6 +922,8 @@ def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
 
     iteration_times = tuple(float(t) for t in times.tolist())
     step_time = statistics.median(iteration_times[spec.warmup_steps:])
+    # samples x seq_len: for T5 the encoder's tokens, as NeMo counts T5's throughput
+    # (model_flops_per_token is per encoder token too).
     tokens_per_step = spec.workload.tokens_per_step
     tokens_per_s_per_gpu = tokens_per_step / step_time / world_size
     flops = model_flops_per_token(spec.model, spec.workload.seq_len)

@@ -19,6 +19,7 @@ from autoconfig.core.model import active_params, total_params
 from autoconfig.core.plan import Plan, describe_plan, recompute_label
 from autoconfig.launch.files import (BRIDGE_NAME, MEGATRON_NAME, NEMO_NAME, SBATCH_NAME,
                                      launch_document, launch_texts, not_written)
+from autoconfig.launch import megatron_lm, nemo1
 from autoconfig.launch.spec import LaunchSpec, spec_from_result
 from autoconfig.training.search import SearchResult
 from autoconfig.training.space import R_MEMORY
@@ -158,6 +159,16 @@ def search_json(result: SearchResult, top: int, files: dict[str, Path],
             "files": {key: str(path) for key, path in files.items()}}
 
 
+def _layers_text(m, w) -> str:
+    """The stack's layers; an encoder-decoder's split and sequence lengths."""
+    if not m.is_encoder_decoder:
+        return f"{m.num_layers} layers"
+    return (f"encoder {m.encoder_layers} layers over {w.seq_len} tokens and decoder "
+            f"{m.decoder_layers} layers over {m.decoder_seq_len} tokens with cross-attention, "
+            "both on one pipeline stage (megatron-core trains T5 without pipeline "
+            "parallelism); tokens count encoder tokens")
+
+
 def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = None) -> str:
     """The human report: inputs, top plans, rejections, the winner's breakdown."""
     m, c, w = result.model, result.cluster, result.workload
@@ -166,8 +177,7 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
     lines = [f"# autoconfig search: {m.name} on {c.nodes} x {c.gpus_per_node} {c.gpu.name}", "",
              f"- model: {m.name}, {format_count(total_params(m))} parameters"
              + (f", {format_count(active_params(m))} active ({m.num_experts} experts, top "
-                f"{m.moe_topk})" if m.is_moe else "") + f" ({m.num_layers} "
-             f"layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} kv heads, "
+                f"{m.moe_topk})" if m.is_moe else "") + f" ({_layers_text(m, w)}, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} kv heads, "
              f"ffn {m.ffn_hidden_size}, vocab {m.vocab_size}, {m.mlp_kind})",
              f"- cluster: {c.num_gpus} x {c.gpu.display_name} ({c.nodes} nodes of "
              f"{c.gpus_per_node})",
@@ -195,12 +205,22 @@ def run_it_lines(spec: LaunchSpec) -> list[str]:
     if not spec.launchable:
         return [f"Hyper-parameters: {spec.base_source}.", "", spec.not_launchable_reason + ".", ""]
     skip = not_written(spec)
-    lines = [f"Hyper-parameters: {spec.base_source}.", "",
-             f"Megatron-LM on SLURM (`{SBATCH_NAME}`; the arguments alone: `{MEGATRON_NAME}`):",
-             "", "```bash",
-             "DATA_PATH=/data/my_text_document MEGATRON_LM=/opt/megatron-lm sbatch "
-             + SBATCH_NAME, "MOCK_DATA=1 sbatch " + SBATCH_NAME + "   # smoke test on synthetic data",
-             "```", ""]
+    lines = [f"Hyper-parameters: {spec.base_source}.", ""]
+    if "megatron" in skip:
+        lines += [f"Megatron-LM: {skip['megatron']}.", ""]
+    elif spec.model.is_encoder_decoder:
+        # pretrain_t5.py has no synthetic data: a real tokenised dataset and its vocabulary.
+        lines += [f"Megatron-LM `{megatron_lm.pretrain_script(spec)}` on SLURM "
+                  f"(`{SBATCH_NAME}`; the arguments alone: `{MEGATRON_NAME}`):", "", "```bash",
+                  "DATA_PATH=/data/my_t5_text_document VOCAB_FILE=/data/vocab.txt "
+                  "TOKENIZER_MODEL=/data/spm.model MEGATRON_LM=/opt/megatron-lm sbatch "
+                  + SBATCH_NAME, "```", ""]
+    else:
+        lines += [f"Megatron-LM on SLURM (`{SBATCH_NAME}`; the arguments alone: "
+                  f"`{MEGATRON_NAME}`):", "", "```bash",
+                  "DATA_PATH=/data/my_text_document MEGATRON_LM=/opt/megatron-lm sbatch "
+                  + SBATCH_NAME, "MOCK_DATA=1 sbatch " + SBATCH_NAME
+                  + "   # smoke test on synthetic data", "```", ""]
     if "bridge" in skip:
         lines += [f"Megatron-Bridge / NeMo 2: {skip['bridge']}.", ""]
     else:
@@ -211,9 +231,10 @@ def run_it_lines(spec: LaunchSpec) -> list[str]:
     if "nemo" in skip:
         lines += [f"NeMo 1: {skip['nemo']}.", ""]
     else:
-        lines += [f"NeMo 1 (`{NEMO_NAME}`, against megatron_gpt_config.yaml):", "", "```bash",
+        script, config = nemo1.entry_point(spec)
+        lines += [f"NeMo 1 (`{NEMO_NAME}`, against {config}):", "", "```bash",
                   f"mapfile -t O < <(grep -v '^#' {NEMO_NAME}) && python "
-                  "examples/nlp/language_modeling/megatron_gpt_pretraining.py \"${O[@]}\"",
+                  f"examples/nlp/language_modeling/{script} \"${{O[@]}}\"",
                   "```", ""]
     return lines
 

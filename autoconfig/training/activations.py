@@ -15,7 +15,7 @@ dropout, its separate 2-byte output are dropped.
 
 import numpy as np
 
-from autoconfig.core.model import ModelSpec
+from autoconfig.core.model import GATED_MLP_KINDS, ModelSpec
 
 
 def layer_stored_widths(model: ModelSpec, fp8_inputs: bool = False, kind: str = "dense",
@@ -67,9 +67,9 @@ def layer_stored_widths(model: ModelSpec, fp8_inputs: bool = False, kind: str = 
 
 def _mlp_width(model: ModelSpec, ffn: int) -> float:
     """Bytes per token an MLP of width ffn keeps beyond its input: the
-    activation's input and output (GeLU 4 ffn; SwiGLU's fused gate and up are
-    2 ffn wide: 6 ffn)."""
-    return (6.0 if model.mlp_kind == "swiglu" else 4.0) * ffn
+    activation's input and output (GeLU 4 ffn; a gated MLP's fused gate and up
+    are 2 ffn wide: 6 ffn)."""
+    return (6.0 if model.mlp_kind in GATED_MLP_KINDS else 4.0) * ffn
 
 
 def _attention_split_width(model: ModelSpec) -> float:
@@ -213,6 +213,43 @@ def _layer_bytes_of_kind(model: ModelSpec, tokens, s, mbs, tp, sp, recompute: in
     if recompute == 1 or flash_attention:
         return whole
     return whole + attention_scores_bytes(model, s, mbs, tp)
+
+
+def cross_attention_bytes(model: ModelSpec, seq_len, decoder_seq_len, mbs, tp, sp,
+                          recompute: int, flash_attention: bool = True):
+    """Bytes one decoder layer's cross-attention keeps for backward, per
+    micro-batch, per GPU (``recompute`` codes as ``layer_activation_bytes``).
+
+    Korthikanti's accounting applied to megatron-core's ``CrossAttention``:
+    per decoder token the norm's input and the query projection's input (2h
+    each, whole on every TP rank unless SP) and the output dropout's mask
+    (1h, with dropout); split over TP the query (2q) and the core's output
+    (2q, the projection's input); per encoder token the keys and values
+    (4 kv, split over TP). Unfused attention also stores the decoder x
+    encoder scores (5 or 2 bytes each). The encoder output itself, the key
+    and value projections' input, is one tensor all decoder layers share:
+    counted once, by ``encoder_output_bytes``. Full recompute keeps nothing
+    here (the layer's input, counted by ``layer_activation_bytes``, is all)."""
+    if recompute == 2:
+        return 0.0 * np.asarray(tp, dtype=float)
+    tp = np.asarray(tp, dtype=np.float64)
+    h = model.hidden_size
+    masks = 1.0 if model.hidden_dropout > 0 else 0.0
+    replicated = (4.0 + masks) * h
+    decoder_tokens = decoder_seq_len * mbs
+    split = decoder_tokens * 4.0 * model.q_width + seq_len * mbs * 4.0 * model.kv_hidden_size
+    whole = decoder_tokens * np.where(sp, replicated / tp, replicated) + split / tp
+    if recompute == 1 or flash_attention:
+        return whole
+    per_score = 5.0 if model.attention_dropout > 0 else 2.0
+    return whole + per_score * model.num_heads * decoder_seq_len * seq_len * mbs / tp
+
+
+def encoder_output_bytes(model: ModelSpec, seq_len, mbs, tp, sp):
+    """The encoder's final output that every decoder layer's cross-attention
+    reads (2 bytes x h per encoder token; split over TP with SP, whose
+    decoder gathers it per layer)."""
+    return 2.0 * seq_len * mbs * model.hidden_size / np.where(sp, np.asarray(tp, float), 1.0)
 
 
 def microbatches_per_step(global_batch_size: int, mbs, dp):

@@ -2,8 +2,9 @@
 computation ``autoconfig validate`` scores against published runs."""
 
 from autoconfig.core.plan import PlanTable
-from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, stage_breakdown,
-                                        usable_bytes)
+from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, encoder_decoder_memory,
+                                        stage_breakdown, usable_bytes)
+from autoconfig.training.step_time import step_time
 from autoconfig.training.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
 from autoconfig.training.space import check_plan
 from autoconfig.training.stack import SoftwareFeatures, check_runnable, grad_reduce_dtype
@@ -45,6 +46,24 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
         "time_breakdown_s": {name[:-2]: float(row[name]) for name in TIME_FIELDS},
         "memory_by_stage_gib": _stage_memory(model, workload, plan, software, recipe),
         "not_modelled": list(model.unmodelled),
+        **_encoder_decoder_parts(model, workload, cluster, plan, software, recipe),
+    }
+
+
+def _encoder_decoder_parts(model, workload, cluster, plan, software, recipe) -> dict:
+    """For an encoder-decoder: the encoder's and the decoder's memory (allocated
+    GiB, states and activations) and the cross-attention's share of compute."""
+    if not model.is_encoder_decoder:
+        return {}
+    plans = PlanTable.from_plans([plan])
+    parts = encoder_decoder_memory(model, workload, plans, software=software, recipe=recipe)
+    times = step_time(model, workload, plans, cluster, software=software)
+    return {
+        "encoder_layers": model.encoder_layers, "decoder_layers": model.decoder_layers,
+        "decoder_seq_len": model.decoder_seq_len,
+        "memory_by_stack_gib": {part: {k: float(v[0]) / GIB for k, v in values.items()}
+                                for part, values in parts.items()},
+        "cross_attention_s": float(times.cross_attention_s[0]),
     }
 
 

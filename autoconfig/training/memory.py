@@ -21,15 +21,19 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.training.activations import (chunks_in_flight, layer_activation_bytes,
-                                    microbatches_per_step, recompute_chunk_bytes,
-                                    recompute_transient_bytes)
+from autoconfig.training.activations import (chunks_in_flight, cross_attention_bytes,
+                                             encoder_output_bytes, layer_activation_bytes,
+                                             microbatches_per_step, recompute_chunk_bytes,
+                                             recompute_transient_bytes)
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import (ModelSpec, attention_block_params, attention_extra_params,
-                                   attention_linears,
+                                   attention_linears, cross_attention_linears,
+                                   cross_attention_params, final_norm_params,
                                    expert_params, kind_params, layer_params, mlp_linears,
                                    mtp_kind, mtp_params, norm_params, router_params,
+                                   embedding_params, output_layer_params,
+                                   logits_tokens_per_sample,
                                    shared_expert_params,
                                    total_params)
 from autoconfig.paths import heuristics_dir
@@ -142,6 +146,22 @@ def dense_layer_params_per_gpu(model: ModelSpec, tp):
     return (layer_params(model) - replicated) / tp + replicated
 
 
+def cross_attention_params_per_gpu(model: ModelSpec, tp):
+    """One decoder layer's cross-attention on one GPU: its matmul weights and
+    column-parallel biases split over TP; its norm and the row-parallel
+    output bias whole on every rank."""
+    whole = norm_params(model) + (model.hidden_size if model.has_bias else 0)
+    return (cross_attention_params(model) - whole) / tp + whole
+
+
+def kind_layer_params_per_gpu(model: ModelSpec, kind: str, tp):
+    """One dense-style layer of a kind on one GPU (MoE layers: see
+    ``moe_layer_params_per_gpu``): encoder layers are dense layers, decoder
+    layers add their cross-attention."""
+    dense = dense_layer_params_per_gpu(model, tp)
+    return dense + cross_attention_params_per_gpu(model, tp) if kind == "decoder" else dense
+
+
 def moe_layer_params_per_gpu(model: ModelSpec, tp, ep, etp):
     """(non-expert, expert) parameters of one MoE layer on one GPU.
 
@@ -175,20 +195,22 @@ def stage_params(model: ModelSpec, tp, layers, stage: str, single, ep=1, etp=1,
     """
     h = model.hidden_size
     kinds = kinds or {"dense": layers, "moe": 0.0}
-    non_expert, expert = moe_layer_params_per_gpu(model, tp, ep, etp)
-    params = (kinds["dense"] * dense_layer_params_per_gpu(model, tp)
-              + kinds["moe"] * (non_expert + expert))
+    params = sum(kinds.get(kind, 0.0) * kind_layer_params_per_gpu(model, kind, tp)
+                 for kind in ("dense", "encoder", "decoder"))
+    if model.is_moe:
+        params = params + kinds["moe"] * sum(moe_layer_params_per_gpu(model, tp, ep, etp))
     word = model.vocab_size * h / tp
-    positions = model.seq_len * h if model.position_embedding == "learned" else 0
-    output = 0.0 if model.tied_embeddings else word
+    positions = embedding_params(model) - model.vocab_size * h
+    # Untied: the output layer; tied: nothing, or T5's vocabulary-parallel bias.
+    output = output_layer_params(model) / tp
+    final = final_norm_params(model)
     if stage == "middle":
         return params
     mtp = _mtp_params_per_gpu(model, tp, ep, etp)
     if stage == "first":
-        return params + word + positions + np.where(single, norm_params(model) + output + mtp,
-                                                    0.0)
+        return params + word + positions + np.where(single, final + output + mtp, 0.0)
     # pp > 1: the output layer (untied) or the tied copy, both V h / t.
-    return params + norm_params(model) + word + mtp + np.where(single, positions + output, 0.0)
+    return params + final + word + mtp + np.where(single, positions + output, 0.0)
 
 
 def _mtp_params_per_gpu(model: ModelSpec, tp, ep, etp):
@@ -227,7 +249,10 @@ def linear_params(model: ModelSpec, tp, layers, kinds: dict | None = None, ep=1,
         shared = sum(x.params for x in mlp_linears(model, model.moe_shared_expert_ffn_hidden_size))
         routed = sum(x.params for x in mlp_linears(model, model.moe_ffn_hidden_size))
         moe = shared / tp + model.num_experts / np.asarray(ep, dtype=float) * routed / etp
-    return kinds["dense"] * (attention + dense_mlp) + kinds["moe"] * (attention + moe)
+    cross = sum(x.params for x in cross_attention_linears(model)) / tp
+    return (kinds.get("dense", 0.0) * (attention + dense_mlp) + kinds.get("moe", 0.0)
+            * (attention + moe) + kinds.get("encoder", 0.0) * (attention + dense_mlp)
+            + kinds.get("decoder", 0.0) * (attention + dense_mlp + cross))
 
 
 def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
@@ -252,6 +277,8 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
         kept = layer_activation_bytes(*args, 1, modules=plans.recompute_modules, **layer_kw)
         return full, np.where(selective, kept, full)
 
+    if model.is_encoder_decoder:
+        return _encoder_decoder_terms(model, workload, plans, software, kw, selective)
     full_dense, kept_dense = of_kind("dense")
     layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,
                                  plans.last_stage_layers)
@@ -280,6 +307,61 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
             "kinds": kinds}
 
 
+def _encoder_decoder_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
+                           software: SoftwareFeatures, kw: dict, selective) -> dict:
+    """``_activation_terms`` of an encoder-decoder (one pipeline stage holds
+    both stacks): per stack, the bytes of one layer kept in full, kept under
+    selective recompute and stored as input under full recompute, at that
+    stack's sequence length (a decoder layer with its cross-attention); the
+    encoder output the decoder reads; the embedding dropout masks of both
+    stacks' inputs."""
+    s_enc, s_dec = workload.seq_len, model.decoder_seq_len
+    tp, sp, mbs = plans.tp, plans.sp, plans.mbs
+    stacks = {}
+    for kind, seq in (("encoder", s_enc), ("decoder", s_dec)):
+        args = (model, seq, mbs, tp, sp)
+        full = layer_activation_bytes(*args, 0, **kw)
+        kept = layer_activation_bytes(*args, 1, modules=plans.recompute_modules, **kw)
+        stored = layer_activation_bytes(*args, _FULL, **kw)
+        if kind == "decoder":
+            cross = (cross_attention_bytes(model, s_enc, s_dec, mbs, tp, sp, 0,
+                                           kw["flash_attention"]),
+                     cross_attention_bytes(model, s_enc, s_dec, mbs, tp, sp, 1,
+                                           kw["flash_attention"]))
+            full, kept = full + cross[0], kept + cross[1]
+        stacks[kind] = {"full": full, "kept": np.where(selective, kept, full), "stored": stored,
+                        "layers": float(model.layers_of(kind))}
+    mask = 1.0 if model.hidden_dropout > 0 else 0.0
+    embedding = mask * (s_enc + s_dec) * mbs * model.hidden_size / np.where(sp, tp, 1)
+    layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,
+                                 plans.last_stage_layers)
+    kinds = stage_kind_columns(model, plans.pp, plans.first_stage_layers,
+                               plans.last_stage_layers)
+    return {"stacks": stacks, "encoder_output": encoder_output_bytes(model, s_enc, mbs, tp, sp),
+            "embedding": embedding, "layers": layers, "kinds": kinds,
+            "m": microbatches_per_step(workload.global_batch_size, mbs, plans.dp)}
+
+
+def encoder_decoder_activations(plans: PlanTable, terms: dict) -> dict:
+    """Activation bytes of each stack of an encoder-decoder on its one stage:
+    ``encoder`` (its layers and input masks), ``decoder`` (its layers, their
+    cross-attention keys and values, and the encoder output they read), and
+    the transient of one recomputed group. Megatron's recompute settings
+    apply to each stack's block alike (block: its first N layers)."""
+    recompute_full = plans.recompute == _FULL
+    block = plans.recompute_method == _BLOCK
+    out, transient = {}, 0.0
+    for kind, stack in terms["stacks"].items():
+        out[kind] = recompute_chunk_bytes(stack["layers"], stack["kept"], stack["stored"],
+                                          recompute_full, block, plans.recompute_num_layers)
+        transient = np.maximum(transient, recompute_transient_bytes(
+            stack["layers"], stack["full"], recompute_full, block, plans.recompute_num_layers))
+    out["encoder"] = out["encoder"] + terms["embedding"]
+    out["decoder"] = out["decoder"] + terms["encoder_output"]
+    out["transient"] = transient
+    return out
+
+
 def fp8_stores_inputs(workload: Workload, software: SoftwareFeatures) -> bool:
     """Transformer Engine FP8 training (megatron-core) saves its linear layers'
     inputs for the weight gradient in FP8, the cast it already made for the
@@ -295,6 +377,8 @@ def _stage_activations(model: ModelSpec, plans: PlanTable, terms: dict, stage: s
     """Activation bytes a rank of the first, second (a middle) or last stage
     holds at its peak: in-flight model chunks x the chunk's kept bytes, plus
     one recomputed group live in backward."""
+    if "stacks" in terms:
+        return sum(encoder_decoder_activations(plans, terms).values())
     pp, vp = plans.pp, plans.vp
     rank = pp - 1 if stage == "last" else np.minimum(STAGE_RANKS[stage], pp - 1)
     layers_per_chunk = terms["layers"][stage] / np.where(pp > 1, vp, 1)
@@ -329,7 +413,7 @@ def _logits_bytes(model: ModelSpec, workload: Workload, plans: PlanTable,
     peak. Plus the final-norm and output-layer inputs, 4 s b h (Megatron's
     theoretical_memory_usage.py ``4 s b h (1 + V/h)`` for p = 1).
     """
-    tokens = workload.seq_len / plans.cp * plans.mbs
+    tokens = logits_tokens_per_sample(model, workload.seq_len) / plans.cp * plans.mbs
     # Each MTP module computes and keeps its own logits and loss the same way.
     return (1 + model.mtp_layers) * tokens * (
         constants.logits_bytes_per_element * model.vocab_size / plans.tp
@@ -435,7 +519,8 @@ def states_lower_bound(model: ModelSpec, workload: Workload, plans: PlanTable, *
     layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,
                                  plans.last_stage_layers)
     kinds = (stage_kind_columns(model, plans.pp, plans.first_stage_layers,
-                                plans.last_stage_layers) if model.is_moe else None)
+                                plans.last_stage_layers)
+             if model.is_moe or model.is_encoder_decoder else None)
     fragmentation, context = constants.overhead_of(software.framework)
     worst = 0.0
     for stage in STAGE_RANKS:
@@ -522,3 +607,38 @@ def usable_bytes(gpu: GPU, constants: MemoryConstants | None = None) -> float:
 def fits(breakdown: MemoryBreakdown, gpu: GPU) -> np.ndarray:
     """Boolean array: total <= usable capacity of the GPU."""
     return breakdown.total_bytes <= usable_bytes(gpu)
+
+
+def encoder_decoder_memory(model: ModelSpec, workload: Workload, plans: PlanTable, *,
+                           software: SoftwareFeatures | None = None,
+                           recipe: str | None = None) -> dict:
+    """Allocated bytes per GPU of an encoder-decoder's parts on its one stage:
+    ``encoder`` and ``decoder`` (their layers' weights, gradients and optimizer
+    state, and their activations: the decoder's include the cross-attention
+    keys and values and the encoder output they read), and ``embedding and
+    output`` (the shared embedding, T5's output bias, final norms, logits).
+    The recompute transient goes to the stack it is largest in. The parts add
+    up to the stage's allocated total."""
+    software = software or SoftwareFeatures()
+    constants = load_constants()
+    states = _recipe(constants, recipe)
+    terms = _activation_terms(model, workload, plans, software)
+    layers, kinds = terms["layers"]["first"], terms["kinds"]["first"]
+    weights, grads, optimizer = _stage_states(model, workload, plans, "first", software,
+                                              constants, states, layers, kinds)
+    params = stage_params(model, plans.tp, layers, "first", plans.pp == 1, kinds=kinds)
+    per_param = (weights + grads + optimizer) / params
+    acts = encoder_decoder_activations(plans, terms)
+    logits = _logits_bytes(model, workload, plans, constants)
+    out = {}
+    for kind in ("encoder", "decoder"):
+        layer_params_gpu = kinds[kind] * kind_layer_params_per_gpu(model, kind, plans.tp)
+        out[kind] = {"states": layer_params_gpu * per_param, "activations": acts[kind]}
+    bigger = np.where(out["encoder"]["activations"] >= out["decoder"]["activations"], 1.0, 0.0)
+    out["encoder"]["activations"] = out["encoder"]["activations"] + bigger * acts["transient"]
+    out["decoder"]["activations"] = (out["decoder"]["activations"]
+                                     + (1.0 - bigger) * acts["transient"])
+    rest = params - sum(kinds[k] * kind_layer_params_per_gpu(model, k, plans.tp)
+                        for k in ("encoder", "decoder"))
+    out["embedding and output"] = {"states": rest * per_param, "activations": logits}
+    return out

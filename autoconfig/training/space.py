@@ -77,10 +77,11 @@ R_EP_EXPERTS = "ep does not divide the experts"
 R_ETP_FFN = "etp does not divide the expert ffn"
 R_EP_FOLD = "ep*etp does not divide tp*cp*dp (expert folding)"
 R_MOE_SP = "MoE with tp > 1 needs sp"
+R_ENC_DEC = "T5 has no pp or cp in megatron-core (pretrain_t5.py)"
 R_STACK = "recompute method the stack does not have"
 R_MEMORY = "exceeds memory"
 REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_EP_DENSE,
-           R_EP_EXPERTS, R_ETP_FFN, R_EP_FOLD, R_MOE_SP, R_STACK, R_MEMORY)
+           R_EP_EXPERTS, R_ETP_FFN, R_EP_FOLD, R_MOE_SP, R_ENC_DEC, R_STACK, R_MEMORY)
 
 
 @dataclass(frozen=True)
@@ -354,7 +355,8 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
          & ~is_short_last_layout(model.num_layers, pp, vp, cols.get("first_stage_layers", 0),
                                  cols.get("last_stage_layers", 0))),
         (R_SP_TP, sp & (tp == 1)),
-        (R_SP_SEQ, sp & ((workload.seq_len // cp) % tp != 0)),
+        (R_SP_SEQ, sp & (((workload.seq_len // cp) % tp != 0)
+                         | (model.decoder_seq_len % tp != 0))),
         (R_GBS, workload.global_batch_size % (mbs * dp) != 0),
         (R_VP_MB, (vp > 1) & (micro_batches % pp != 0)),
         (R_EP_DENSE, ((ep > 1) | (etp > 1)) & (not model.is_moe)),
@@ -362,6 +364,11 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
         (R_ETP_FFN, expert_ffn % etp != 0),
         (R_EP_FOLD, (tp * cp * dp) % (ep * etp) != 0),
         (R_MOE_SP, model.is_moe & (tp > 1) & ~sp),
+        # megatron-core 0.16 builds T5 as one encoder-decoder model per rank:
+        # its pretrain_t5.py raises "Pipeline parallelism is not supported for
+        # T5" and the pipeline schedules refuse encoder_and_decoder models; no
+        # T5 path splits the sequence over context-parallel ranks.
+        (R_ENC_DEC, model.is_encoder_decoder & ((pp > 1) | (cp > 1))),
     ]
 
 
@@ -504,7 +511,12 @@ def _expand_recompute(model: ModelSpec, cols: dict[str, np.ndarray], kinds: tupl
 
 def _chunk_layers(model: ModelSpec, cols: dict) -> tuple[np.ndarray, np.ndarray]:
     """(layers of one model chunk of the middle stages, whether that is whole):
-    Megatron applies --recompute-num-layers per chunk of layers/(pp vp)."""
+    Megatron applies --recompute-num-layers per chunk of layers/(pp vp); an
+    encoder-decoder's encoder and decoder are two blocks that each apply it
+    (megatron-core T5 gives both the same recompute settings)."""
+    if model.is_encoder_decoder:
+        block = max(model.encoder_layers, model.decoder_layers)
+        return np.full(len(cols["pp"]), block, dtype=np.int64), np.ones(len(cols["pp"]), bool)
     stages = stage_layer_columns(model.num_layers, cols["pp"], cols["first_stage_layers"],
                                  cols["last_stage_layers"])
     chunk = stages["middle"] / cols["vp"]
@@ -531,6 +543,8 @@ def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Pla
                              f"{_moe_allowed(reason, model, plan)}")
     if plan.recompute == "full":
         chunk = max(stage_layers(model.num_layers, plan)) // plan.vp
+        if model.is_encoder_decoder:
+            chunk = max(model.encoder_layers, model.decoder_layers)
         if plan.recompute_num_layers > chunk:
             raise InputError(f"invalid recompute layers {plan.recompute_num_layers}: a model "
                              f"chunk has {chunk} layers (layers/(pp*vp))")
@@ -545,6 +559,7 @@ def _moe_allowed(reason: str, model: ModelSpec, plan: Plan) -> str:
         R_EP_FOLD: f": ep*etp = {plan.ep * plan.etp} must divide tp*cp*dp = "
                    f"{plan.tp * plan.cp * plan.dp}",
         R_MOE_SP: ": add --sp",
+        R_ENC_DEC: ": give --pp 1 --cp 1",
     }
     return allowed.get(reason, "")
 

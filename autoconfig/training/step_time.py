@@ -27,6 +27,7 @@ reduce, gradient reduce dtype) in ``SoftwareFeatures``.
 """
 
 from dataclasses import dataclass, field
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,9 +38,11 @@ from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p
 from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
-from autoconfig.core.model import (Linear, ModelSpec, attention_linears, embedding_params,
+from autoconfig.core.model import (Linear, ModelSpec, attention_linears,
+                                   cross_attention_linears, embedding_params, kind_params,
                                    layer_params, mlp_linears, model_flops_per_token, mtp_kind,
                                    output_layer_params)
+from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
@@ -140,6 +143,9 @@ class StepTimeBreakdown:
     """Model FLOPs (no recompute) per second per GPU / 1e12."""
     mfu: np.ndarray
     """model_tflops_per_gpu / dense peak of the workload precision (0..1)."""
+    cross_attention_s: np.ndarray | float = 0.0
+    """Encoder-decoder models: the decoder layers' cross-attention, forward and
+    backward, all micro-batches (a part of compute_s, shown apart)."""
 
 
 def load_constants(path: Path | None = None) -> PerfConstants:
@@ -263,6 +269,9 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
         kind = mtp_kind(model)
         for name, holds in (("first", single), ("middle", single), ("last", True)):
             kinds[name][kind] = kinds[name][kind] + np.where(holds, model.mtp_layers, 0)
+    elif model.is_encoder_decoder:
+        times = _encoder_decoder_times(model, workload, plans, gpu, c, sw)
+        kinds = stage_kind_columns(model, pp, plans.first_stage_layers, plans.last_stage_layers)
     else:
         times = _forward_times(model, workload, plans, gpu, c, sw)
 
@@ -309,7 +318,11 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     num_gpus = t * pp * dp * cp
     tokens_per_gpu = workload.tokens_per_step / step / num_gpus
     model_tflops = tokens_per_gpu * model_flops_per_token(model, workload.seq_len) / 1e12
+    cross = np.zeros_like(step)
+    if model.is_encoder_decoder:
+        cross = micro * kinds["last"]["decoder"] * times["decoder"]["cross_attention_fwd_bwd"]
     return StepTimeBreakdown(
+        cross_attention_s=cross,
         compute_s=micro * (pick["compute"] + pick["fixed"]), recompute_s=micro * pick["recompute"],
         tp_comm_s=micro * pick["tp"], cp_comm_s=micro * pick["cp"], ep_comm_s=micro * pick["ep"],
         pp_bubble_s=bubble,
@@ -356,13 +369,22 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
     if kinds is None:
         parts = [(times, layers, rc_layers)]
         logits_fwd = logits * times["logits"]
+    elif model.is_encoder_decoder:
+        # Encoder and decoder are two blocks with the same recompute settings:
+        # block recomputes the first N layers of each.
+        parts = [(times[k], kinds[k], np.where(plans.recompute == _FULL, np.where(
+            (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
+            np.minimum(plans.recompute_num_layers, kinds[k]), kinds[k]), 0.0))
+            for k in ("encoder", "decoder")]
+        logits_fwd = logits * times["decoder"]["logits"]
     else:
         total = np.maximum(kinds["dense"] + kinds["moe"], 1.0)
         parts = [(times[k], kinds[k], rc_layers * kinds[k] / total) for k in ("dense", "moe")]
         logits_fwd = logits * (1.0 + model.mtp_layers) * times["dense"]["logits"]
     out = None
     for kind_times, n, rc in parts:
-        one = _layers_microbatch(model, cluster, c, sw, plans, kind_times, t, cp, tokens, n, rc)
+        one = _layers_microbatch(model, cluster, c, sw, plans, kind_times, t, cp,
+                                 kind_times.get("tokens", tokens), n, rc)
         out = one if out is None else {k: out[k] + one[k] for k in out}
     # Forward + backward of the output layer: 3 x forward, like any GEMM.
     out["compute"] = out["compute"] + 3.0 * logits_fwd
@@ -391,6 +413,14 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     compute = layers * (3.0 * (layer_fwd - attn) + attn + attn_bwd)
     tp = _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
                                  times["column_parallel_gemms"] if sw.tp_async_backward else None)
+    if "cross_kv_tokens" in times:
+        # A decoder layer has three blocks with TP collectives (self-attention,
+        # cross-attention, MLP) against two, and its key-value projection
+        # gathers (SP) or reduces the gradient of the encoder output: one more
+        # collective pair over the encoder's tokens.
+        tp = 1.5 * tp + 0.5 * _tp_comm_per_microbatch(model, cluster, c, t,
+                                                      times["cross_kv_tokens"], layers,
+                                                      rc_layers)
     if sw.tp_comm_overlap:
         tp = np.maximum(0.0, tp - (3.0 * layers + rc_layers) * times["weight_gemm"])
     cp_comm = (_cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
@@ -498,6 +528,79 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
                                       else 0.0),
             "scores": factor * (total - linear), "logits": logits,
             "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm)}
+
+
+def _encoder_decoder_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
+                           c: PerfConstants, sw: SoftwareFeatures) -> dict:
+    """``_forward_times`` of an encoder layer and of a decoder layer.
+
+    An encoder layer is a dense layer over the encoder's ``seq_len`` tokens
+    whose attention is bidirectional: a fused kernel computes the whole score
+    matrix, twice the causal half ``_flash_attention_times`` counts. A decoder
+    layer is a dense layer over the decoder's tokens plus its cross-attention
+    (``_cross_attention_times``)."""
+    b = plans.mbs.astype(float)
+    encoder = dict(_forward_times(model, workload, plans, gpu, c, sw))
+    if sw.flash_attention:
+        encoder["layer"] = encoder["layer"] + encoder["attention"]
+        encoder["attention"] = 2.0 * encoder["attention"]
+        encoder["attention_backward"] = 2.0 * encoder["attention_backward"]
+    encoder["tokens"] = b * workload.seq_len
+    decoder_workload = replace(workload, seq_len=model.decoder_seq_len)
+    decoder = dict(_forward_times(model, decoder_workload, plans, gpu, c, sw))
+    cross = _cross_attention_times(model, workload, plans, gpu, c, sw)
+    decoder.update({
+        "layer": decoder["layer"] + cross["forward"],
+        "attention": decoder["attention"] + cross["core"],
+        "attention_backward": decoder["attention_backward"] + cross["core_backward"],
+        "weight_gemm": decoder["weight_gemm"] + cross["gemm"],
+        "tokens": b * model.decoder_seq_len, "cross_kv_tokens": b * workload.seq_len,
+        # Forward and backward, as ``_layers_microbatch`` counts a layer's.
+        "cross_attention_fwd_bwd": 3.0 * (cross["forward"] - cross["core"]) + cross["core"]
+        + cross["core_backward"]})
+    return {"encoder": encoder, "decoder": decoder}
+
+
+def _cross_attention_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
+                           c: PerfConstants, sw: SoftwareFeatures) -> dict:
+    """Forward seconds of one decoder layer's cross-attention on one GPU.
+
+    GEMMs (``_linear_gemm``): the query and output projections over the
+    micro-batch's decoder tokens, the key-value projection over its encoder
+    tokens. Core: every decoder query against every encoder key, no causal
+    mask, so the fused kernel does all 4 s_enc d FLOPs per query and head
+    (backward 2.5 x, as ``_flash_attention_times``); unfused, two batched
+    GEMMs per head as the self-attention's. Elementwise work at HBM speed on
+    the bytes ``cross_attention_bytes`` keeps."""
+    t, b = plans.tp.astype(float), plans.mbs.astype(float)
+    s_enc, s_dec = float(workload.seq_len), float(model.decoder_seq_len)
+    peak = gpu.peak_bf16_tflops * 1e12
+    hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+    eff = c.efficiency_max(gpu)
+    fp8 = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
+
+    def gemm(flops_per_token, n, k, m):
+        return gemm_time_s(flops_per_token * m, m, n, k, peak, eff, ridge,
+                           c.gemm_size_factor) * wave_quantization(
+            m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
+
+    gemms = 0.0
+    for x in cross_attention_linears(model):
+        tokens = b * (s_enc if x.name == "cross_kv" else s_dec)
+        flops, n, k, scale = _linear_gemm(x, t)
+        gemms = gemms + gemm(flops, n, k, tokens * scale) / fp8
+    if sw.flash_attention:
+        core = (4.0 * s_enc * model.q_width / t * b * s_dec
+                / (peak * c.attention_efficiency_of(gpu, sw.attention_kernel)))
+        core_backward = 2.5 * core
+    else:
+        core = gemm(4.0 * s_enc * model.q_width / t, s_enc, model.head_dim, b * s_dec)
+        core_backward = 2.0 * core
+    traffic = c.elementwise_traffic_factor / hbm * cross_attention_bytes(
+        model, s_enc, s_dec, b, t, plans.sp, 0, sw.flash_attention)
+    return {"forward": gemms + core + traffic, "gemm": gemms, "core": core,
+            "core_backward": core_backward}
 
 
 def _dense_mlp_bytes(model: ModelSpec, tokens, t, sp):
@@ -737,6 +840,10 @@ def _stage_params_per_gpu(model: ModelSpec, t, layers, plans: PlanTable, kinds=N
     its layers and the output layer (or the tied embedding copy Megatron keeps
     there), split over TP; MoE layers' experts split over ep x etp."""
     output = (output_layer_params(model) or embedding_params(model)) / t
+    if model.is_encoder_decoder:
+        # One stage holds both stacks, the shared embedding and T5's output bias.
+        stacks = sum(kinds[k] * kind_params(model, k) for k in ("encoder", "decoder"))
+        return (stacks + embedding_params(model) + output_layer_params(model)) / t, 0.0
     if not model.is_moe:
         return layers * layer_params(model) / t + output, 0.0
     non_expert, expert = moe_layer_params_per_gpu(model, t, plans.ep, plans.etp)

@@ -227,6 +227,11 @@ def row_to_run(row: dict) -> Run:
         raise
     if model.unmodelled and not reason:
         return Run(**base, skip_reason=f"{' and '.join(model.unmodelled)}: not modelled")
+    if model.is_encoder_decoder and (plan.pp > 1 or plan.cp > 1) and not reason:
+        # estimate refuses these plans (megatron-core 0.16 trains T5 on one stage);
+        # validate scores only what the commands compute.
+        return Run(**base, skip_reason="encoder-decoder over pipeline or context parallel "
+                                       "ranks: not modelled (megatron-core has no T5 pp or cp)")
     precision = _precision(row["precision"])
     if precision == "fp8" and "FP8" != row["precision"].strip().upper():
         assumptions.append(f"{row['precision'].split(' ')[0]} as fp8")
@@ -332,7 +337,9 @@ def _shape_reason(row: dict) -> str:
     sharding = row.get("dp_sharding") or ""
     if ("ZeRO-3" in sharding or "FSDP" in sharding) and not _pytorch_fsdp(row):
         return f"{sharding.split(' (')[0]}: fully sharded data parallel is not modelled"
-    if not (_int(row, "num_layers") and _int(row, "hidden_size") and _int(row, "num_heads")):
+    # A row naming a catalog model (MoE, T5) takes the catalog's shape, as --model does.
+    if not (row.get("catalog_model") or "").strip() and not (
+            _int(row, "num_layers") and _int(row, "hidden_size") and _int(row, "num_heads")):
         return "model shape (layers/hidden/heads) not stated"
     if _int(row, "tp") is None and _int(row, "mp_size_reported") is None:
         return "parallel layout (TP/PP) not stated"
