@@ -290,3 +290,21 @@ def test_validate_reads_t5_rows_by_catalog_name_and_skips_what_estimate_refuses(
     assert run.model.decoder_seq_len == 128 and run.plan.pp == 1
     split = row_to_run({**row, "pp": "2", "dp": "40"})
     assert "not modelled" in split.skip_reason
+
+
+def test_capacity_and_sweep_files_take_t5_models(tmp_path, capsys):
+    code, out, err = run_cli(["capacity", "--model", "mt5", "--size", "3b", "--gpu", "a100-80gb",
+                              "--nodes", "4,20", "--tokens", "100b", "--no-plots", "-o",
+                              str(tmp_path / "cap")], capsys)
+    assert code == 0, err
+    import pandas as pd
+    table = pd.read_csv(tmp_path / "cap" / "capacity.csv")
+    assert (table["status"] == "ok").all() and len(table) == 2
+    sweep = tmp_path / "t5.yaml"
+    sweep.write_text("name: t5\nmatrix:\n  model: [{model: t5, size: 3b}, {model: mt5, size: 11b}]\n"
+                     "  gpu: [a100-80gb]\n  nodes: [20]\n  mode: [predict]\n")
+    code, out, err = run_cli(["sweep", str(sweep), "--no-plots", "-o", str(tmp_path / "sw")],
+                             capsys)
+    assert code == 0, err
+    rows = pd.read_csv(tmp_path / "sw" / "sweep.csv")
+    assert set(rows["status"]) == {"ok"} and len(rows) == 2
