@@ -106,3 +106,67 @@ def test_two_sweeps_into_one_folder_then_kill_and_take_over(tmp_path):
     assert not (results / store.LOCK_FILE).exists()
     print(f"lock test: first sweep {killed_at - started:.1f} s, take-over run "
           f"{time.monotonic() - killed_at:.1f} s")
+
+
+def test_a_reused_pid_does_not_keep_a_stale_lock(tmp_path):
+    """The lock names its process by pid and start time: a live process that got
+    the dead sweep's pid (here: a live process with another start time) does not
+    hold the folder."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        path = _write_lock(tmp_path, other.pid)
+        data = json.loads(path.read_text())
+        data["process_start"] = (store.process_start(other.pid) or 0) + 12345
+        path.write_text(json.dumps(data))
+        with store.lock(tmp_path):
+            assert json.loads(path.read_text())["pid"] == os.getpid()
+        # The same pid with its real start time is a live holder.
+        data["process_start"] = store.process_start(other.pid)
+        path.write_text(json.dumps(data))
+        with pytest.raises(BusyError):
+            with store.lock(tmp_path):
+                pass
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_sweep_folder_is_locked(tmp_path):
+    """Two `autoconfig sweep` runs into one folder: the second is refused in one line."""
+    from autoconfig.sweep.run import run_sweep
+    from autoconfig.sweep.spec import parse_sweep
+    spec = parse_sweep({"name": "x", "matrix": {"model": [{"model": "gpt3", "size": "1.3b"}],
+                                                 "gpu": ["a100-80gb"], "nodes": [1]}})
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        path = _write_lock(tmp_path, holder.pid)
+        with pytest.raises(BusyError) as exc:
+            run_sweep(spec, tmp_path)
+        assert "\n" not in str(exc.value)
+        assert not (tmp_path / "settings").exists()
+        path.unlink()
+        records = run_sweep(spec, tmp_path)
+        assert records[0]["status"] == "ok" and not path.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_busy_setting_is_not_final(tmp_path, monkeypatch):
+    """A setting that failed only because its folder was busy gets no record, so
+    the next run runs it (it used to be final: 'error' for ever)."""
+    from autoconfig.sweep import run as sweep_run
+    from autoconfig.sweep.spec import parse_sweep
+    spec = parse_sweep({"name": "x", "matrix": {"model": [{"model": "gpt3", "size": "1.3b"}],
+                                                 "gpu": ["a100-80gb"], "nodes": [1]}})
+
+    def busy(setting):
+        raise BusyError("results directory x is in use by another sweep")
+    monkeypatch.setattr(sweep_run, "_search", busy)
+    records = sweep_run.run_sweep(spec, tmp_path, echo=lambda text: None)
+    assert records[0]["status"] == "error"
+    assert sweep_run.load_record(tmp_path, spec.settings[0]) is None
+    monkeypatch.undo()
+    records = sweep_run.run_sweep(spec, tmp_path)
+    assert records[0]["status"] == "ok"
+    assert sweep_run.load_record(tmp_path, spec.settings[0])["status"] == "ok"

@@ -121,3 +121,64 @@ def test_report_of_an_all_failed_store_says_so(tmp_path):
 def test_report_of_an_empty_store_does_not_crash(tmp_path):
     _, md_path, table = write_report(tmp_path)
     assert table.empty and "No profiling job has reported" in md_path.read_text()
+
+
+def _records(tmp_path, plans):
+    for plan in plans:
+        store.append_record(tmp_path, store.result_record(_result(plan)))
+
+
+def test_append_after_a_torn_line_starts_a_new_line(tmp_path):
+    """A crash mid-write leaves a torn last line; the resumed run's record must
+    not be glued onto it (it was, and the measurement was lost)."""
+    _records(tmp_path, PLANS[:1])
+    with open(tmp_path / store.RESULTS_FILE, "a") as handle:
+        handle.write('{"tp": 2, "pp": 1, "st')          # torn: no newline
+    store.append_record(tmp_path, store.result_record(_result(PLANS[1])))
+    got = {store.plan_from_record(r) for r in store.load_records(tmp_path)}
+    assert got == set(PLANS[:2])
+    warning = store.check_store(tmp_path)
+    assert "1 unusable line(s)" in warning and "line 2" in warning
+    assert (tmp_path / store.CORRUPT_FILE).read_text() == '{"tp": 2, "pp": 1, "st\n'
+
+
+@pytest.mark.parametrize("line, why", [
+    ("garbage that is not json", "not JSON"),
+    ("[1, 2, 3]", "not a JSON object"),
+    ('{"tp": 1, "pp": 1, "dp": 4, "status": "bogus"}', "unknown status"),
+    ('{"tp": 1, "pp": 1, "dp": 4, "status": "ok", "step_time_s": -1.0}', "step_time_s -1.0"),
+    ('{"tp": 1, "pp": 1, "dp": 4, "status": "ok", "step_time_s": NaN}', "step_time_s nan"),
+    ('{"tp": "x", "pp": 1, "dp": 4, "status": "ok", "step_time_s": 1.0}', "plan fields"),
+])
+def test_invalid_lines_are_kept_aside_counted_and_never_ranked(tmp_path, line, why):
+    _records(tmp_path, PLANS[:1])
+    with open(tmp_path / store.RESULTS_FILE, "a") as handle:
+        handle.write(line + "\n")
+    _records(tmp_path, PLANS[1:2])
+    assert len(store.load_records(tmp_path)) == 2          # both good records survive
+    results = store.load_results(tmp_path)
+    assert (results["step_time_s"] > 0).all()
+    warning = store.check_store(tmp_path)
+    assert why in warning and len(warning.splitlines()) == 1
+    assert (tmp_path / store.CORRUPT_FILE).read_text() == line + "\n"
+    assert line in (tmp_path / store.RESULTS_FILE).read_text()   # nothing deleted
+
+
+def test_non_utf8_bytes_do_not_stop_the_store(tmp_path):
+    _records(tmp_path, PLANS[:1])
+    with open(tmp_path / store.RESULTS_FILE, "ab") as handle:
+        handle.write(b"\xff\xfe\x00garbage\n")
+    _records(tmp_path, PLANS[1:2])
+    assert len(store.load_records(tmp_path)) == 2
+    assert "1 unusable" in store.check_store(tmp_path)
+
+
+def test_report_command_warns_about_unusable_lines(tmp_path, capsys):
+    from tests.cli_runner import run_cli
+    store.write_plans(tmp_path, _plans_df(PLANS[:2]), {"model": "tiny"})
+    _records(tmp_path, PLANS[:1])
+    with open(tmp_path / store.RESULTS_FILE, "a") as handle:
+        handle.write("not a record\n")
+    code, out, err = run_cli(["report", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "1 unusable line(s)" in err and "Traceback" not in err

@@ -158,6 +158,9 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
     # Like training sweeps: one sweep per results directory at a time, and a re-run
     # (after an interruption or a crash) runs only the layouts without a final record.
     with store.lock(results_dir):
+        warning = store.check_store(results_dir)
+        if warning:
+            echo(warning)   # the CLI's echo writes to stderr
         pending = set(store.pending_plans(results_dir, [item.plan for item in items]))
         todo = [item for item in items if item.plan in pending]
 

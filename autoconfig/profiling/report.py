@@ -111,7 +111,9 @@ def _row(plan: Plan, result: dict, pred: dict) -> dict:
 
 def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
     lines = ["# Profiling report", ""]
-    what = meta.get("model_name") or meta.get("model", {}).get("name", "?")
+    model = meta.get("model")   # a damaged meta.json may hold anything here
+    what = meta.get("model_name") or (model.get("name", "?") if isinstance(model, dict)
+                                      else str(model or "?"))
     ran = meta.get("proxy_model_name")
     lines.append(f"Model {what}" + (f" (ran as proxy {ran})" if ran else "") +
                  f", device {meta.get('device', '?')}, executor {meta.get('executor', '?')}, "

@@ -8,11 +8,17 @@ Layout (all pandas-readable):
 
 Records are keyed by the plan's own fields (``autoconfig.core.plan.Plan``), never by
 a directory or file name parsed back. A record is one ``write`` of one line,
-flushed and fsync'ed, so a crash leaves at most a torn last line, which
-``load_results`` skips. The latest record of a plan wins.
+flushed and fsync'ed, so a crash leaves at most a torn last line; the next
+append starts a new line after it, so a torn line never swallows a record.
+Lines that are not a valid record (torn, garbage, not a JSON object, an
+unknown status, a non-positive or non-finite time, plan fields of the wrong
+type) are never ranked: ``check_store`` copies them to
+``results.jsonl.corrupt`` (nothing is deleted) and says how many there are.
+The latest valid record of a plan wins.
 """
 
 import json
+import math
 import os
 import socket
 import time
@@ -28,12 +34,18 @@ from autoconfig.core.plan import PLAN_FIELDS, Plan
 
 PLANS_FILE = "plans.csv"
 RESULTS_FILE = "results.jsonl"
+CORRUPT_FILE = "results.jsonl.corrupt"
 META_FILE = "meta.json"
 LOCK_FILE = ".lock"
 PROFILE_SUBDIR = "profile"
 """Where a search's --profile run keeps its results, inside the output folder."""
 
 FINAL_STATUSES = ("ok", "oom", "error", "timeout")
+KNOWN_STATUSES = FINAL_STATUSES + ("cancelled", "node_fail")
+"""Every status a worker or executor records (``autoconfig.profiling.spec.STATUSES``)."""
+POSITIVE_FIELDS = ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                   "peak_memory_bytes")
+"""Measured figures that, when present, must be positive finite numbers."""
 """Outcomes that belong to the plan itself. ``cancelled`` and ``node_fail``
 come from outside the plan, so a resumed sweep runs those plans again."""
 
@@ -82,31 +94,87 @@ def write_plans(out_dir: Path, plans_df: pd.DataFrame, meta: dict) -> None:
 
 
 def append_record(out_dir: Path, record: dict) -> None:
-    """Append one record as one line: a single write, flushed and fsync'ed."""
+    """Append one record as one line: a single write, flushed and fsync'ed. After
+    a torn last line (a crash mid-write) the record starts a line of its own."""
     line = json.dumps(record, sort_keys=False, default=_json_default) + "\n"
     path = out_dir / RESULTS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line
         os.write(fd, line.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def load_records(out_dir: Path) -> list[dict]:
-    """Every readable record in arrival order (a torn last line is skipped)."""
+def record_problem(record) -> str:
+    """Why a parsed line is not a usable record ('' when it is)."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    status = record.get("status")
+    if status not in KNOWN_STATUSES:
+        return f"unknown status {str(status)[:40]!r}"
+    for name in POSITIVE_FIELDS:
+        value = record.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            return f"{name} {str(value)[:40]} is not a positive number"
+    try:
+        plan_from_record(record)
+    except Exception as exc:  # noqa: BLE001 - any malformed plan field makes the line unusable
+        return f"plan fields: {str(exc)[:80]}"
+    return ""
+
+
+def read_store(out_dir: Path) -> tuple[list[dict], list[tuple[int, str, str]]]:
+    """(valid records in arrival order, [(line number, line, why)] of the rest).
+    Undecodable bytes are replaced, so a damaged file still reads."""
     path = Path(out_dir) / RESULTS_FILE
     if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
+        return [], []
+    records, bad = [], []
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            record = json.loads(line)
+        except ValueError:
+            bad.append((number, line, "not JSON (torn or garbage)"))
             continue
-    return records
+        why = record_problem(record)
+        if why:
+            bad.append((number, line, why))
+        else:
+            records.append(record)
+    return records, bad
+
+
+def load_records(out_dir: Path) -> list[dict]:
+    """Every valid record in arrival order (see ``read_store`` for the rest)."""
+    return read_store(out_dir)[0]
+
+
+def check_store(out_dir: Path) -> str:
+    """Copy the store's unusable lines to ``results.jsonl.corrupt`` (rewritten
+    whole each time, so it holds exactly the current ones; results.jsonl is left
+    as it is) and return a one-line warning, or '' when every line is a record."""
+    _, bad = read_store(out_dir)
+    if not bad:
+        return ""
+    aside = Path(out_dir) / CORRUPT_FILE
+    try:
+        write_atomic(aside, "".join(f"{line}\n" for _, line, _ in bad))
+        kept = f"copied to {aside}"
+    except OSError as exc:   # a read-only store still reports; results.jsonl keeps them
+        kept = f"left in place (cannot write {aside}: {exc.strerror})"
+    first = bad[0]
+    return (f"warning: {len(bad)} unusable line(s) in {Path(out_dir) / RESULTS_FILE} not "
+            f"counted (line {first[0]}: {first[2]}); {kept}")
 
 
 def latest_records(out_dir: Path) -> list[dict]:
@@ -181,7 +249,8 @@ def lock(out_dir: Path):
 
 def _acquire(path: Path) -> None:
     mine = {"pid": os.getpid(), "host": socket.gethostname(),
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "process_start": process_start(os.getpid())}
     for _ in range(3):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -250,7 +319,20 @@ def _alive(holder: dict) -> bool:
         return False
     except PermissionError:
         return True
+    recorded = holder.get("process_start")
+    if recorded is not None and recorded != process_start(pid):
+        return False   # the pid now belongs to another process: the sweep is gone
     return not _zombie(pid)
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (Linux /proc/PID/stat
+    field 22): with the pid it names one process, not a reused pid. None where
+    /proc is not there."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _zombie(pid: int) -> bool:

@@ -146,6 +146,9 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
         executor.dry_run(items, results_dir / "jobs", echo, plan_label)
         return None
     with store.lock(results_dir):
+        warning = store.check_store(results_dir)
+        if warning:
+            echo(warning, err=True)
         pending = set(store.pending_plans(results_dir, selected))
         todo = [item for item in items if item.plan in pending]
         skipped = len(items) - len(todo)

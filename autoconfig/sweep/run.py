@@ -27,7 +27,7 @@ from pathlib import Path
 
 from autoconfig import __version__
 from autoconfig.atomic import write_atomic
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, BusyError
 from autoconfig.sweep.spec import Setting, SweepSpec
 
 MANIFEST = "manifest.json"
@@ -57,19 +57,30 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
               progress=None, echo=None) -> list[dict]:
     """Run every setting without a final record; return all records in the
     sweep's order."""
+    from autoconfig.profiling.store import lock
     out_dir = Path(out_dir)
-    write_manifest(out_dir, spec, sweep_file)
     echo = echo or (lambda text: print(text, file=sys.stderr))
     records = []
-    for setting in spec.settings:
-        record = load_record(out_dir, setting)
-        if record is None:
-            record = run_setting(setting, spec, out_dir)
-            write_atomic(setting_path(out_dir, setting), json.dumps(record, indent=2,
-                                                                    default=_json) + "\n")
-        records.append(record)
-        if progress is not None:
-            progress.advance(f"{setting.key}: {record['status']}")
+    # One sweep per run directory at a time (two would run every setting twice
+    # and lose a manifest update): the profiling store's lock, judged by pid and
+    # process start time.
+    with lock(out_dir):
+        write_manifest(out_dir, spec, sweep_file)
+        for setting in spec.settings:
+            record = load_record(out_dir, setting)
+            if record is None:
+                record = run_setting(setting, spec, out_dir)
+                if record.get("busy"):
+                    # Another sweep holds the setting's folder: not an outcome of the
+                    # setting, so no record; the next run tries it again.
+                    echo(f"{setting.key}: {record['reason']} (not recorded; runs again "
+                         "on the next run)")
+                else:
+                    write_atomic(setting_path(out_dir, setting),
+                                 json.dumps(record, indent=2, default=_json) + "\n")
+            records.append(record)
+            if progress is not None:
+                progress.advance(f"{setting.key}: {record['status']}")
     return records
 
 
@@ -83,6 +94,8 @@ def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path) -> dict:
         record.update(_predicted(result), status="ok")
         if setting.mode == "profile":
             record.update(_profile(setting, spec, result, out_dir))
+    except BusyError as exc:
+        record.update(status="error", reason=str(exc), busy=True)
     except AutoconfigError as exc:
         infeasible = type(exc).__name__ == "InfeasibleError" or "not available on" in str(exc)
         record.update(status="infeasible" if infeasible else "error", reason=str(exc))
