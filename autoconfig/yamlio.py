@@ -6,15 +6,16 @@ from typing import Any
 
 import yaml
 
-from autoconfig.errors import CatalogError
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.textfile import read_text
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """Load one YAML mapping; a missing or malformed file is a CatalogError."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
+        text = read_text(path, "YAML file")
+    except InputError as exc:
+        raise CatalogError(str(exc)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

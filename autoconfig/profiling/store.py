@@ -200,7 +200,11 @@ def load_plans(out_dir: Path) -> pd.DataFrame:
 
 def load_meta(out_dir: Path) -> dict:
     path = Path(out_dir) / META_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):   # a damaged meta.json: the report goes on without it
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def finished_plans(out_dir: Path) -> set[Plan]:

@@ -17,12 +17,14 @@ OOM or timeout, an error) is recorded with its reason and the sweep goes on.
 
 import hashlib
 import json
+import os
 import platform
 import socket
 import subprocess
 import sys
 import time
 import traceback
+from contextlib import suppress
 from pathlib import Path
 
 from autoconfig import __version__
@@ -48,9 +50,9 @@ def load_record(out_dir: Path, setting: Setting) -> dict | None:
     path = setting_path(out_dir, setting)
     try:
         record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):   # unreadable, not JSON or not UTF-8: run it again
         return None
-    return record if record.get("status") in STATUSES else None
+    return record if isinstance(record, dict) and record.get("status") in STATUSES else None
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
@@ -184,9 +186,10 @@ def write_manifest(out_dir: Path, spec: SweepSpec, sweep_file: Path | None) -> P
     """manifest.json: what produced this run (kept from the first invocation;
     each resume is appended to ``resumed``)."""
     path = Path(out_dir) / MANIFEST
-    if path.exists():
-        manifest = json.loads(path.read_text())
-        manifest.setdefault("resumed", []).append(_now(time.time()))
+    manifest = _existing_manifest(path)
+    if manifest is not None:
+        resumed = manifest.get("resumed")
+        manifest["resumed"] = (resumed if isinstance(resumed, list) else []) + [_now(time.time())]
     else:
         manifest = {"autoconfig_version": __version__, "git_commit": git_commit(),
                     "sweep_name": spec.name, "sweep_file": str(sweep_file) if sweep_file else None,
@@ -194,6 +197,22 @@ def write_manifest(out_dir: Path, spec: SweepSpec, sweep_file: Path | None) -> P
                     "python": platform.python_version(), "argv": sys.argv,
                     "settings": len(spec.settings), "files_sha256": files_used(spec, sweep_file)}
     return write_atomic(path, json.dumps(manifest, indent=2) + "\n")
+
+
+def _existing_manifest(path: Path) -> dict | None:
+    """The manifest a first run wrote; None when there is none. A corrupt one is
+    set aside (manifest.json.corrupt) and a new one written: nothing lost."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if isinstance(data, dict):
+            return data
+    except (OSError, ValueError):
+        pass
+    with suppress(OSError):
+        os.replace(path, path.with_name(path.name + ".corrupt"))
+    return None
 
 
 def files_used(spec: SweepSpec, sweep_file: Path | None) -> dict[str, str]:

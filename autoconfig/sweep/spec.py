@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from autoconfig.textfile import read_text
+
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
 
@@ -114,10 +116,11 @@ class SweepSpec:
 def load_sweep(path: Path) -> SweepSpec:
     """Read and validate a sweep file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"sweep file {str(path)!r} not found")
+    text = read_text(path, "sweep file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return parse_sweep(data, where=str(path), default_name=path.stem)

@@ -122,13 +122,16 @@ def load_run(run_dir: Path) -> dict[str, dict]:
     run_dir = Path(run_dir)
     records = {}
     for path in sorted((run_dir / SETTINGS_DIR).glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        records[record["key"]] = record
+        record = _read_json(path)
+        if isinstance(record.get("key"), str):   # unreadable or foreign: not a record
+            records[record["key"]] = record
     if not records and (run_dir / JSON_NAME).is_file():
-        records = {r["key"]: r for r in json.loads((run_dir / JSON_NAME).read_text())["settings"]}
+        settings = _read_json(run_dir / JSON_NAME).get("settings")
+        if not isinstance(settings, list):
+            raise InputError(f"{run_dir / JSON_NAME}: corrupt (no 'settings' list); rerun the "
+                             "sweep into this folder to rebuild it")
+        records = {r["key"]: r for r in settings
+                   if isinstance(r, dict) and isinstance(r.get("key"), str)}
     if not records:
         raise InputError(f"{run_dir}: not a sweep run directory (no {SETTINGS_DIR}/*.json or "
                          f"{JSON_NAME})")
@@ -136,10 +139,12 @@ def load_run(run_dir: Path) -> dict[str, dict]:
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object from a file; {} when unreadable, not JSON, not UTF-8 or not an object."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _fmt(value, spec: str) -> str:

@@ -65,6 +65,7 @@ benchmarks/fit_memory.py) sees every measured peak and OOM.
 """
 
 import csv
+import io
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ from pathlib import Path
 
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import InputError
+from autoconfig.textfile import read_text
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec, hardware_flops_per_token
 
@@ -197,15 +199,11 @@ REQUIRED_COLUMNS = ("record_id", "source_id", "model_name", "gpu_type", "precisi
 
 def load_runs(path: Path) -> list[Run]:
     """Every row of a published-runs CSV as a Run (usable or with its skip reason)."""
-    try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
-            if missing:
-                raise InputError(f"runs file {str(path)!r} lacks column(s) {', '.join(missing)}")
-            return [row_to_run(row) for row in reader]
-    except OSError as exc:
-        raise InputError(f"cannot read runs file {str(path)!r}: {exc.strerror}") from None
+    reader = csv.DictReader(io.StringIO(read_text(path, "runs file"), newline=""))
+    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise InputError(f"runs file {str(path)!r} lacks column(s) {', '.join(missing)}")
+    return [row_to_run(row) for row in reader]
 
 
 def row_to_run(row: dict) -> Run:
