@@ -28,7 +28,10 @@ def write_atomic(path: Path, text: str, executable: bool | None = None) -> Path:
     if executable is None:
         executable = path.suffix in SCRIPT_SUFFIXES
     mode = (0o777 if executable else 0o666) & ~current_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:   # a full or read-only folder: name the file meant
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "w", newline="\n") as handle:
             handle.write(text)
@@ -36,6 +39,12 @@ def write_atomic(path: Path, text: str, executable: bool | None = None) -> Path:
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if exc.filename is None:   # a failed write names no file: name the one meant
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

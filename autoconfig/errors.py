@@ -50,3 +50,19 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     characters (a longer one is cut and ends in '...')."""
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+LONG_WORD_CHARS = 120
+"""A word of an error message longer than this is a value echoed back (a
+100,000-character argument, a mistyped path): it is cut in the middle."""
+
+
+def shortened(message: str) -> str:
+    """An error message with every over-long word cut to its start and end, so
+    a bad value never floods the terminal; the rest of the message is kept."""
+    import re
+
+    def cut(match):
+        word = match.group(0)
+        return f"{word[:60]}...({len(word)} chars)...{word[-20:]}"
+    return re.sub(r"\S{%d,}" % (LONG_WORD_CHARS + 1), cut, message)

@@ -74,3 +74,34 @@ def test_damaged_meta_json_does_not_break_the_report(tmp_path, capsys):
     (tmp_path / store.RESULTS_FILE).write_text("")
     code, out, err = run_cli(["report", str(tmp_path)], capsys)
     assert code == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_compare_refuses_a_threshold_that_passes_everything(value, tmp_path, capsys):
+    spec = parse_sweep(SPEC)
+    run_sweep(spec, tmp_path / "run")
+    code, _, err = run_cli(["compare", "--threshold", value, str(tmp_path / "run"),
+                            str(tmp_path / "run")], capsys)
+    _one_line_error(code, err, "--threshold")
+
+
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    import errno
+    from autoconfig import atomic
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", full)
+    code, _, err = run_cli(["search", "--model", "gpt3", "--size", "1.3b", "--nodes", "1",
+                            "--no-plots", "-o", str(tmp_path / "out")], capsys)
+    _one_line_error(code, err, str(tmp_path / "out"))
+    assert "No space left" in err and "-o" in err
+
+
+@pytest.mark.parametrize("args", [["sweep", "x" * 300], ["report", "x" * 300],
+                                  ["search", "--model", "tiny", "--gpus", "4", "--no-plots", "-o",
+                                   "/tmp/" + "y" * 100000]])
+def test_names_the_file_system_refuses_and_huge_values_are_shortened(args, capsys):
+    code, _, err = run_cli(args, capsys)
+    assert code != 0 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and len(err) <= 300

@@ -4,12 +4,13 @@ Each command lives in its own module; library errors become one-line messages
 here and nowhere else.
 """
 
+import errno
 import sys
 
 import click
 
 from autoconfig import __version__
-from autoconfig.errors import AutoconfigError, ProfilingError
+from autoconfig.errors import AutoconfigError, ProfilingError, shortened
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -41,17 +42,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="autoconfig", standalone_mode=False)
     except ProfilingError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {shortened(str(exc))}", err=True)
         sys.exit(EXIT_FAILED)
     except AutoconfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {shortened(str(exc))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except click.ClickException as exc:
         # one line: click lists choices on lines of their own
-        click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        click.echo(f"error: {shortened(' '.join(exc.format_message().split()))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.Abort:
         click.echo("error: interrupted", err=True)
@@ -59,4 +60,28 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("error: interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:
+        # The environment, not the input: a full disk, a read-only or missing
+        # folder, a name the file system refuses. One line naming the file.
+        click.echo(f"error: {shortened(environment_fault(exc))}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+FAULT_ADVICE = {errno.ENOSPC: "free space there or give another output folder (-o)",
+                errno.EDQUOT: "free space there or give another output folder (-o)",
+                errno.EROFS: "give a writable output folder (-o)",
+                errno.EACCES: "check its permissions or give another folder (-o)",
+                errno.EPERM: "check its permissions or give another folder (-o)",
+                errno.ENAMETOOLONG: "give a shorter path",
+                errno.ENOTDIR: "a part of the path is a file, not a folder",
+                errno.EISDIR: "it is a folder, not a file"}
+"""What to do about each file-system error a command may meet."""
+
+
+def environment_fault(exc: OSError) -> str:
+    """One line for an OSError: what failed, on which file, and the fix."""
+    name = exc.filename if exc.filename is not None else "a file"
+    what = exc.strerror or type(exc).__name__
+    advice = FAULT_ADVICE.get(exc.errno)
+    return f"{what}: {name}" + (f" ({advice})" if advice else "")

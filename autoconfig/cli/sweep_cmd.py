@@ -2,6 +2,7 @@
 one run directory, and compare two such runs (thin: parse, one library call,
 render)."""
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -73,8 +74,8 @@ def compare(old, new, threshold, either_way, markdown_file) -> None:
     from autoconfig.sweep.compare import compare_runs, render_markdown
     from autoconfig.sweep.summary import load_run
 
-    if threshold < 0:
-        raise InputError(f"invalid --threshold {threshold:g}: must be >= 0 (percent)")
+    if not (math.isfinite(threshold) and threshold >= 0):   # inf or nan would pass anything
+        raise InputError(f"invalid --threshold {threshold:g}: must be a finite percent >= 0")
     result = compare_runs(load_run(Path(old)), load_run(Path(new)), threshold, either_way)
     text = render_markdown(result, old, new)
     if markdown_file:

@@ -10,6 +10,8 @@ markdown.
 import sys
 from pathlib import Path
 
+from autoconfig.errors import shortened
+
 SEARCH_SCATTER = "plans_throughput_vs_memory.png"
 SEARCH_BREAKDOWN = "best_breakdown.png"
 CAPACITY_SCALING = "capacity_scaling.png"
@@ -23,7 +25,8 @@ def safe_plots(fn, *args, **kwargs) -> list[Path]:
     try:
         return [Path(p) for p in fn(*args, **kwargs)]
     except Exception as exc:  # noqa: BLE001 - a plot must never block a report
-        print(f"warning: plots not written ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(shortened(f"warning: plots not written ({type(exc).__name__}: {exc})"),
+              file=sys.stderr)
         return []
 
 
