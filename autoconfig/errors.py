@@ -4,6 +4,8 @@ Every error carries a one-line message that names the bad value and what is
 allowed; the CLI prints it and exits with status 2, never a traceback.
 """
 
+import re
+
 
 class AutoconfigError(Exception):
     """Base of every error autoconfig raises on purpose."""
@@ -60,8 +62,6 @@ LONG_WORD_CHARS = 120
 def shortened(message: str) -> str:
     """An error message with every over-long word cut to its start and end, so
     a bad value never floods the terminal; the rest of the message is kept."""
-    import re
-
     def cut(match):
         word = match.group(0)
         return f"{word[:60]}...({len(word)} chars)...{word[-20:]}"

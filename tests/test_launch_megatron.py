@@ -241,7 +241,7 @@ def transformer_config(ns: argparse.Namespace):
                   bias_activation_fusion=ns.bias_swiglu_fusion)
     else:
         kw["bias_activation_fusion"] = ns.bias_gelu_fusion
-    if ns.quick_geglu:   # T5's GeGLU (megatron_lm.py t5_activation_args)
+    if ns.quick_geglu:   # T5's GeGLU (megatron_lm.py activation_args)
         from megatron.core.fusions.fused_bias_geglu import quick_gelu
         kw.update(activation_func=quick_gelu, gated_linear_unit=True)
     kw.pop("rope_type", None)

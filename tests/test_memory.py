@@ -13,7 +13,7 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.training.memory import (allocated_bytes, distributed_optimizer_bytes_per_param,
-                               fits, load_constants, memory_breakdown, stage_breakdown,
+                               load_constants, memory_breakdown, stage_breakdown,
                                stage_params, usable_bytes)
 from autoconfig.core.model import ModelSpec, attention_weight_params, mlp_weight_params
 from autoconfig.paths import benchmarks_dir

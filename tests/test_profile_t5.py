@@ -22,7 +22,6 @@ from autoconfig.profiling import store
 from autoconfig.profiling.proxy import cpu_proxy
 from autoconfig.profiling.spec import ProfileSpec
 from tests.cli_runner import cli
-from test_slurm import slurm  # noqa: F401 - the session fixture that starts a local SLURM
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_T5 = ROOT / "configs" / "models" / "tiny-t5.yaml"
@@ -208,7 +207,7 @@ def test_t5_search_profiles_and_reports_through_the_local_executor(local_search)
 
 
 @pytest.mark.slow
-def test_t5_search_profiles_through_a_real_slurm(slurm, tmp_path):  # noqa: F811
+def test_t5_search_profiles_through_a_real_slurm(slurm, tmp_path):
     results, text = _search(tmp_path / "out", "slurm", top_k=1)
     assert "Measured ranking" in text
     _assert_t5_records(results, "slurm", 1)

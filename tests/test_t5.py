@@ -1,11 +1,20 @@
 """Encoder-decoder (T5 / mT5) models: shapes, exact counts, FLOPs."""
 
+import dataclasses
+import json
+
 import pytest
 
-from autoconfig.core.catalog import get_model
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, forward_flops_per_token, kind_params,
                                    model_flops_per_token, total_params)
+from autoconfig.core.plan import Plan, PlanTable, Workload
 from autoconfig.errors import InputError
+from autoconfig.training import memory
+from autoconfig.training.space import R_ENC_DEC, AxisChoices, enumerate_plans
+from autoconfig.training.step_time import step_time
+from tests.cli_runner import run_cli
 
 T5_SIZES = ("220m", "3b", "11b", "23b", "41b")
 MT5_SIZES = ("170m", "390m", "3b", "11b", "23b")
@@ -113,29 +122,15 @@ def test_megatron_core_builds_exactly_the_counted_parameters() -> None:
     exactly ``total_params`` parameters for each variant of the layer kinds."""
     pytest.importorskip("megatron.core")
     from tests.t5_build import count_megatron_t5_params
-    from dataclasses import replace
     tiny = get_model("tiny-t5")
     for changes in ({}, {"tied_embeddings": False}, {"position_embedding": "relative"},
                     {"mlp_kind": "gelu", "has_bias": False},
                     {"kv_channels": 8, "num_heads": 6, "num_kv_heads": 6}):
-        model = replace(tiny, **changes)
+        model = dataclasses.replace(tiny, **changes)
         assert count_megatron_t5_params(model) == total_params(model), changes
 
 
 # ---------------------------------------------------- plan space, memory, time
-
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from autoconfig.core.catalog import get_gpu  # noqa: E402
-from autoconfig.core.hardware import Cluster  # noqa: E402
-from autoconfig.core.plan import Plan, PlanTable, Workload  # noqa: E402
-from autoconfig.training import memory  # noqa: E402
-from autoconfig.training.space import R_ENC_DEC, AxisChoices, enumerate_plans  # noqa: E402
-from autoconfig.training.step_time import step_time  # noqa: E402
-from tests.cli_runner import run_cli  # noqa: E402
 
 GIB = 2**30
 T5_WORKLOAD = Workload(1920, 512)

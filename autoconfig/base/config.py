@@ -21,7 +21,7 @@ from autoconfig.base.budget import (SECONDS_PER_DAY, ComputeRate, compute_rate,
                                     days_for_flops, flops_formula, flops_per_param_token,
                                     flops_per_token, max_params_chinchilla,
                                     max_params_for_tokens)
-from autoconfig.core.catalog import all_models, model_from_mapping
+from autoconfig.core.catalog import all_models, families, model_from_mapping
 from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, CatalogError, InputError, shown
 from autoconfig.core.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic
@@ -478,8 +478,7 @@ def _formula_why(model: ModelSpec, full_recompute: bool) -> str:
 def _catalog_template(model: ModelSpec) -> ModelSpec | None:
     """The largest catalog model of the model's family (what a scaled shape
     copies, ``shape.family_template``); None for a family the catalog lacks."""
-    family = [m for m in all_models() if model.family and m.family == model.family]
-    return max(family, key=total_params) if family else None
+    return family_template(model.family) if model.family in families() else None
 
 
 def _architecture_origin(model: ModelSpec) -> str:

@@ -585,8 +585,8 @@ def cross_attention_flops_per_sample(m: ModelSpec, seq_len: int) -> float:
     decoder query against every encoder key."""
     q, kv, proj = (x.params for x in cross_attention_linears(m))
     s_dec = m.decoder_seq_len
-    core = 2.0 * seq_len * m.num_heads * (m.head_dim + m.value_head_dim)
-    return 2.0 * (q + proj) * s_dec + 2.0 * kv * seq_len + s_dec * core
+    return (2.0 * (q + proj) * s_dec + 2.0 * kv * seq_len
+            + s_dec * attention_core_flops_per_token(m, seq_len))
 
 
 def kind_forward_flops_per_sample(m: ModelSpec, kind: str, seq_len: int) -> float:
@@ -608,10 +608,15 @@ def logits_tokens_per_sample(m: ModelSpec, seq_len: int) -> int:
     return m.decoder_seq_len if m.is_encoder_decoder else seq_len
 
 
+def _stacks_forward_per_sample(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs of an encoder-decoder's layers (both stacks) per sample."""
+    return sum(m.layers_of(k) * kind_forward_flops_per_sample(m, k, seq_len)
+               for k in ("encoder", "decoder"))
+
+
 def _encoder_decoder_forward_per_token(m: ModelSpec, seq_len: int) -> float:
-    layers = sum(m.layers_of(k) * kind_forward_flops_per_sample(m, k, seq_len)
-                 for k in ("encoder", "decoder"))
-    return (layers + m.decoder_seq_len * logits_flops_per_token(m)) / seq_len
+    return (_stacks_forward_per_sample(m, seq_len)
+            + m.decoder_seq_len * logits_flops_per_token(m)) / seq_len
 
 
 def forward_flops_per_token(m: ModelSpec, seq_len: int) -> float:
@@ -662,13 +667,11 @@ def _encoder_decoder_recompute_per_token(m: ModelSpec, seq_len: int, recompute: 
     forward (the mean layer's when not all are)."""
     s_dec = m.decoder_seq_len
     if recompute == "selective":
-        per_core = m.num_heads * (m.head_dim + m.value_head_dim) * 2.0
-        return (m.encoder_layers * seq_len * seq_len * per_core
-                + m.decoder_layers * s_dec * (s_dec + seq_len) * per_core) / seq_len
-    layers = sum(m.layers_of(k) * kind_forward_flops_per_sample(m, k, seq_len)
-                 for k in ("encoder", "decoder")) / seq_len
+        core = attention_core_flops_per_token
+        return (m.encoder_layers * seq_len * core(m, seq_len) + m.decoder_layers * s_dec
+                * (core(m, s_dec) + core(m, seq_len))) / seq_len
     share = 1.0 if recomputed_layers is None else recomputed_layers / m.num_layers
-    return layers * share
+    return _stacks_forward_per_sample(m, seq_len) / seq_len * share
 
 
 def hardware_flops_per_token(m: ModelSpec, seq_len: int, recompute: str,

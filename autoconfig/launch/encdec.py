@@ -97,9 +97,3 @@ def core_t5_refusal(model: ModelSpec, plan: Plan, target: str) -> str | None:
                 "'Pipeline parallelism is not supported for T5')")
     return None
 
-
-def nemo1_trainer_overrides(spec) -> dict[str, object]:
-    """The NeMo 1 trainer keys every model's overrides start with (GPT and T5)."""
-    return {"trainer.num_nodes": spec.cluster.nodes, "trainer.devices": spec.cluster.gpus_per_node,
-            "trainer.precision": "bf16", "trainer.max_steps": spec.train_iters,
-            "trainer.gradient_clip_val": spec.base.clip_grad}

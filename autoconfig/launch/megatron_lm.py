@@ -93,7 +93,7 @@ def model_args(spec: LaunchSpec) -> list[str]:
             "--max-position-embeddings", str(max(w.seq_len, m.seq_len))]
     if m.num_kv_heads != m.num_heads and m.attention_kind != "mla":
         args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
-    args += attention_args(spec) + t5_activation_args(m)
+    args += attention_args(spec) + activation_args(m)
     return args + architecture_args(spec) + experts_args(spec)
 
 
@@ -111,11 +111,12 @@ def t5_model_args(spec: LaunchSpec) -> list[str]:
             "--max-position-embeddings", str(max(w.seq_len, m.seq_len, m.decoder_seq_len))]
     if m.kv_channels:
         args += ["--kv-channels", str(m.kv_channels)]
-    return args + t5_activation_args(m) + architecture_args(spec)
+    return args + activation_args(m) + architecture_args(spec)
 
 
-def t5_activation_args(m: ModelSpec) -> list[str]:  # any model: GPT too
-    """The MLP's activation; geglu as --quick-geglu (megatron_notes says why)."""
+def activation_args(m: ModelSpec) -> list[str]:
+    """The MLP's activation, GPT and T5 alike; geglu as --quick-geglu
+    (megatron_notes says why)."""
     if m.mlp_kind == "swiglu":
         return ["--swiglu"]
     if m.mlp_kind == "geglu":
@@ -334,15 +335,16 @@ def t5_data_args(spec: LaunchSpec, data: str = "real") -> list[str]:
 
 
 def megatron_notes(spec: LaunchSpec) -> list[str]:
-    """Header lines on what the arguments cannot say themselves (none for GPT)."""
+    """Header lines on what the arguments cannot say themselves (none for a GPT
+    with a GeLU or SwiGLU MLP)."""
     m = spec.model
+    geglu = (["GeGLU: Megatron-LM has no gated MLP with exact GELU; --quick-geglu "
+              "builds the same gated MLP (shapes, parameters) with quick-GELU "
+              "x*sigmoid(1.702x), a close approximation of GELU"]
+             if m.mlp_kind == "geglu" else [])
     if not m.is_encoder_decoder:
-        return []
-    notes = [PRETRAIN_SCRIPT_NOTE]
-    if m.mlp_kind == "geglu":
-        notes.append("GeGLU: Megatron-LM has no gated MLP with exact GELU; --quick-geglu "
-                     "builds the same gated MLP (shapes, parameters) with quick-GELU "
-                     "x*sigmoid(1.702x), a close approximation of GELU")
+        return geglu
+    notes = [PRETRAIN_SCRIPT_NOTE] + geglu
     notes += ["no MOCK_DATA: pretrain_t5.py's T5MaskedWordPieceDataset has no synthetic mode "
               "and needs the tokenizer's sentinel tokens",
               "--legacy-tokenizer: the dataset reads the tokenizer that sized the vocabulary, "

@@ -24,7 +24,7 @@ Encoder-decoder models (T5, mT5) get megatron_t5_pretraining.py's overrides
 """
 
 from autoconfig.launch import nemo1_t5
-from autoconfig.launch.encdec import NEMO_SCRIPT, nemo1_trainer_overrides
+from autoconfig.launch.encdec import NEMO_SCRIPT
 from autoconfig.launch.spec import LaunchSpec
 
 # Keys of megatron_gpt_config.yaml (NeMo 8cfedd7) that the overrides set without '+'
@@ -137,7 +137,6 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     """key -> value (no '+' yet), in a readable order."""
     m, p, w, b = spec.model, spec.plan, spec.workload, spec.base
     o: dict[str, object] = {
-        **nemo1_trainer_overrides(spec),
         # shape and architecture
         "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
         "model.ffn_hidden_size": m.ffn_hidden_size, "model.num_attention_heads": m.num_heads,
@@ -223,8 +222,17 @@ def nemo1_overrides(spec: LaunchSpec) -> list[str]:
         added, overrides = nemo1_t5.ADDED_KEYS, nemo1_t5.overrides_dict(spec)
     else:
         added, overrides = ADDED_KEYS, overrides_dict(spec)
+    overrides = {**trainer_overrides(spec), **overrides}
     return [f"{'+' if key in added else ''}{key}={_value(value)}"
             for key, value in overrides.items()]
+
+
+def trainer_overrides(spec: LaunchSpec) -> dict[str, object]:
+    """The trainer keys every model's overrides start with (GPT and T5)."""
+    return {"trainer.num_nodes": spec.cluster.nodes,
+            "trainer.devices": spec.cluster.gpus_per_node,
+            "trainer.precision": "bf16", "trainer.max_steps": spec.train_iters,
+            "trainer.gradient_clip_val": spec.base.clip_grad}
 
 
 def entry_point(spec: LaunchSpec) -> tuple[str, str]:

@@ -17,8 +17,7 @@ build_model_parallel_config reads sequence_parallel from the model section.
 """
 
 from autoconfig.core.model import ModelSpec
-from autoconfig.launch.encdec import (SENTINEL_TOKENS, core_t5_refusal,
-                                      nemo1_trainer_overrides)
+from autoconfig.launch.encdec import SENTINEL_TOKENS, core_t5_refusal
 from autoconfig.launch.spec import LaunchSpec
 
 ADDED_KEYS = frozenset({
@@ -130,7 +129,6 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     """key -> value (no '+' yet), in a readable order."""
     m, p, w = spec.model, spec.plan, spec.workload
     o: dict[str, object] = {
-        **nemo1_trainer_overrides(spec),
         # megatron-core's T5 with Transformer Engine and O2 bf16, as the NeMo launcher's
         # conf/training/t5/*.yaml (megatron_amp_O2: the GPT yaml's default too)
         "model.mcore_t5": True, "model.transformer_engine": True,

@@ -266,8 +266,10 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     args = (model, workload.seq_len, plans.mbs, plans.tp, plans.sp)
     kw = {"flash_attention": software.flash_attention, "cp": plans.cp,
           "fp8_inputs": fp8_stores_inputs(workload, software)}
-    stored_input = layer_activation_bytes(*args, _FULL, **kw)
     selective = plans.recompute == RECOMPUTE_KINDS.index("selective")
+    if model.is_encoder_decoder:
+        return _encoder_decoder_terms(model, workload, plans, kw, selective)
+    stored_input = layer_activation_bytes(*args, _FULL, **kw)
 
     def of_kind(kind):
         layer_kw = dict(kw, kind=kind, etp=plans.etp)
@@ -277,8 +279,6 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
         kept = layer_activation_bytes(*args, 1, modules=plans.recompute_modules, **layer_kw)
         return full, np.where(selective, kept, full)
 
-    if model.is_encoder_decoder:
-        return _encoder_decoder_terms(model, workload, plans, software, kw, selective)
     full_dense, kept_dense = of_kind("dense")
     layers = stage_layer_columns(model.num_layers, plans.pp, plans.first_stage_layers,
                                  plans.last_stage_layers)
@@ -308,7 +308,7 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
 
 
 def _encoder_decoder_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
-                           software: SoftwareFeatures, kw: dict, selective) -> dict:
+                           kw: dict, selective) -> dict:
     """``_activation_terms`` of an encoder-decoder (one pipeline stage holds
     both stacks): per stack, the bytes of one layer kept in full, kept under
     selective recompute and stored as input under full recompute, at that
@@ -338,8 +338,7 @@ def _encoder_decoder_terms(model: ModelSpec, workload: Workload, plans: PlanTabl
     kinds = stage_kind_columns(model, plans.pp, plans.first_stage_layers,
                                plans.last_stage_layers)
     return {"stacks": stacks, "encoder_output": encoder_output_bytes(model, s_enc, mbs, tp, sp),
-            "embedding": embedding, "layers": layers, "kinds": kinds,
-            "m": microbatches_per_step(workload.global_batch_size, mbs, plans.dp)}
+            "embedding": embedding, "layers": layers, "kinds": kinds}
 
 
 def encoder_decoder_activations(plans: PlanTable, terms: dict) -> dict:
@@ -377,7 +376,7 @@ def _stage_activations(model: ModelSpec, plans: PlanTable, terms: dict, stage: s
     """Activation bytes a rank of the first, second (a middle) or last stage
     holds at its peak: in-flight model chunks x the chunk's kept bytes, plus
     one recomputed group live in backward."""
-    if "stacks" in terms:
+    if model.is_encoder_decoder:
         return sum(encoder_decoder_activations(plans, terms).values())
     pp, vp = plans.pp, plans.vp
     rank = pp - 1 if stage == "last" else np.minimum(STAGE_RANKS[stage], pp - 1)
@@ -630,15 +629,14 @@ def encoder_decoder_memory(model: ModelSpec, workload: Workload, plans: PlanTabl
     per_param = (weights + grads + optimizer) / params
     acts = encoder_decoder_activations(plans, terms)
     logits = _logits_bytes(model, workload, plans, constants)
-    out = {}
-    for kind in ("encoder", "decoder"):
-        layer_params_gpu = kinds[kind] * kind_layer_params_per_gpu(model, kind, plans.tp)
-        out[kind] = {"states": layer_params_gpu * per_param, "activations": acts[kind]}
+    stack_params = {kind: kinds[kind] * kind_layer_params_per_gpu(model, kind, plans.tp)
+                    for kind in ("encoder", "decoder")}
+    out = {kind: {"states": p * per_param, "activations": acts[kind]}
+           for kind, p in stack_params.items()}
     bigger = np.where(out["encoder"]["activations"] >= out["decoder"]["activations"], 1.0, 0.0)
     out["encoder"]["activations"] = out["encoder"]["activations"] + bigger * acts["transient"]
     out["decoder"]["activations"] = (out["decoder"]["activations"]
                                      + (1.0 - bigger) * acts["transient"])
-    rest = params - sum(kinds[k] * kind_layer_params_per_gpu(model, k, plans.tp)
-                        for k in ("encoder", "decoder"))
+    rest = params - sum(stack_params.values())
     out["embedding and output"] = {"states": rest * per_param, "activations": logits}
     return out

@@ -204,6 +204,19 @@ def wave_quantization(m, n, tile_m: float, tile_n: float, sm_count: int):
     return waves * sm_count * tile_m * tile_n / (m * n)
 
 
+def _gemm_timer(gpu: GPU, c: PerfConstants):
+    """seconds(flops, m, n, k) of GEMMs on one GPU: ``gemm_time_s``'s roofline at
+    the generation's efficiency, times ``wave_quantization``."""
+    peak = gpu.peak_bf16_tflops * 1e12
+    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+    eff = c.efficiency_max(gpu)
+
+    def seconds(flops, m, n, k):
+        return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor) * \
+            wave_quantization(m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
+    return seconds
+
+
 def _linear_gemm(x: Linear, t):
     """(flops per token per GPU, N, K, M scale) of one weight matrix under tp
     ranks: column-parallel splits N, row-parallel splits K; a replicated one
@@ -472,15 +485,12 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     s = float(workload.seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
-    eff = c.efficiency_max(gpu)
     fp8 = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
     tokens = b * s / cp
+    timer = _gemm_timer(gpu, c)
 
     def gemm(flops_per_token, n, k, m=tokens):
-        return gemm_time_s(flops_per_token * tokens, m, n, k, peak, eff, ridge,
-                           c.gemm_size_factor) * wave_quantization(
-            m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
+        return timer(flops_per_token * tokens, m, n, k)
 
     gemms = [gemm(fl, n, k, m=tokens * scale) / fp8
              for fl, n, k, scale in _layer_gemms(model, t, ffn)]
@@ -576,26 +586,19 @@ def _cross_attention_times(model: ModelSpec, workload: Workload, plans: PlanTabl
     s_enc, s_dec = float(workload.seq_len), float(model.decoder_seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
-    eff = c.efficiency_max(gpu)
     fp8 = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
-
-    def gemm(flops_per_token, n, k, m):
-        return gemm_time_s(flops_per_token * m, m, n, k, peak, eff, ridge,
-                           c.gemm_size_factor) * wave_quantization(
-            m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
-
+    timer = _gemm_timer(gpu, c)
     gemms = 0.0
     for x in cross_attention_linears(model):
         tokens = b * (s_enc if x.name == "cross_kv" else s_dec)
         flops, n, k, scale = _linear_gemm(x, t)
-        gemms = gemms + gemm(flops, n, k, tokens * scale) / fp8
+        gemms = gemms + timer(flops * tokens * scale, tokens * scale, n, k) / fp8
+    core_flops = 4.0 * s_enc * model.q_width / t * b * s_dec
     if sw.flash_attention:
-        core = (4.0 * s_enc * model.q_width / t * b * s_dec
-                / (peak * c.attention_efficiency_of(gpu, sw.attention_kernel)))
+        core = core_flops / (peak * c.attention_efficiency_of(gpu, sw.attention_kernel))
         core_backward = 2.5 * core
     else:
-        core = gemm(4.0 * s_enc * model.q_width / t, s_enc, model.head_dim, b * s_dec)
+        core = timer(core_flops, b * s_dec, s_enc, model.head_dim)
         core_backward = 2.0 * core
     traffic = c.elementwise_traffic_factor / hbm * cross_attention_bytes(
         model, s_enc, s_dec, b, t, plans.sp, 0, sw.flash_attention)
