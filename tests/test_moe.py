@@ -190,6 +190,52 @@ def test_a2a_overlap_hides_dispatch_and_imbalance_slows_experts():
     assert plain.step_time_s[0] < capped.step_time_s[0] < skewed.step_time_s[0]
 
 
+def test_a2a_overlap_only_where_megatron_core_accepts_it():
+    # megatron-core refuses the overlap with PP > 1 and no virtual stages, with full
+    # recompute and with the allgather dispatcher: the launch files leave it off
+    # there, so the prediction must pay the whole dispatch too.
+    m, w, c = get_model("deepseek-v3"), Workload(4096, 4096, "fp8"), _cluster("gb200", 256, 4)
+    for plan, dispatcher in ((_plan(pp=4, dp=64, ep=64, last_stage_layers=13), "alltoall"),
+                             (_plan(pp=4, vp=4, dp=64, ep=64, last_stage_layers=13,
+                                    recompute="full"), "alltoall"),
+                             (_plan(pp=4, vp=4, dp=64, ep=64, last_stage_layers=13),
+                              "allgather")):
+        on = _time(m, plan, w, c, moe_a2a_overlap=True, moe_dispatcher=dispatcher)
+        off = _time(m, plan, w, c, moe_dispatcher=dispatcher)
+        assert on.ep_comm_s[0] == off.ep_comm_s[0] > 0
+    accepted = _plan(pp=4, vp=4, dp=64, ep=64, last_stage_layers=13)
+    assert (_time(m, accepted, w, c, moe_a2a_overlap=True).ep_comm_s[0]
+            < _time(m, accepted, w, c).ep_comm_s[0])
+
+
+def test_fused_dispatcher_sends_one_copy_per_remote_node():
+    # EP 32 over four 8-GPU nodes, top-8 of 256 experts: the alltoall dispatcher
+    # sends 8 x 24/32 = 6 copies of a token over the network, DeepEP one per distinct
+    # remote node, 3 x (1 - C(192,8)/C(256,8)) = 2.71.
+    m, w, c = get_model("deepseek-v3"), Workload(4096, 4096, "fp8"), _cluster("b200", 256, 8)
+    plan = _plan(pp=8, vp=2, dp=32, ep=32, last_stage_layers=5)
+    a2a = _time(m, plan, w, c, moe_dispatcher="alltoall").ep_comm_s[0]
+    fused = _time(m, plan, w, c, moe_dispatcher="flex-deepep").ep_comm_s[0]
+    miss = np.prod([(192 - i) / (256 - i) for i in range(8)])
+    assert fused / a2a == pytest.approx(3 * (1 - miss) / 6, rel=0.02)
+    # inside one NVLink domain nothing crosses the network: the two agree
+    inside = _plan(dp=8, ep=8)
+    q, wq, c8 = get_model("qwen3-30b-a3b"), Workload(512, 4096), _cluster("b200", 8, 8)
+    assert (_time(q, inside, wq, c8, moe_dispatcher="flex-hybridep").ep_comm_s[0]
+            == _time(q, inside, wq, c8, moe_dispatcher="alltoall").ep_comm_s[0])
+
+
+def test_mlp_recompute_module_leaves_moe_layers_alone():
+    # megatron-core: "mlp" recomputes a dense layer's MLP only; an MoE layer needs "moe".
+    m, w, c = get_model("qwen3-30b-a3b"), Workload(512, 4096), _cluster(gpus=8)
+    plans = {mods: _plan(ep=8, recompute="selective", recompute_modules=mods)
+             for mods in ("core_attn", "mlp", "moe")}
+    times = {k: _time(m, p, w, c).step_time_s[0] for k, p in plans.items()}
+    acts = {k: _one(m, p, w).activations_bytes[0] for k, p in plans.items()}
+    assert times["mlp"] == times["core_attn"] < times["moe"]
+    assert acts["mlp"] == acts["core_attn"] > acts["moe"]
+
+
 def test_allgather_dispatcher_moves_every_token_of_the_group():
     m, w, c = get_model("qwen3-30b-a3b"), Workload(512, 4096), _cluster(gpus=8)
     a2a = _time(m, _plan(ep=8), w, c, moe_dispatcher="alltoall")

@@ -15,6 +15,7 @@ from itertools import groupby
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan
 from autoconfig.errors import CatalogError
+from autoconfig.training.moe_overlap import a2a_overlap_blocker
 from autoconfig.training.stack import SoftwareFeatures
 
 FP32_ROUTER_EXPERTS = 32
@@ -110,24 +111,6 @@ class MoeLaunch:
 def _runs(pattern: tuple[int, ...]) -> list[tuple[int, int]]:
     """(value, run length) of consecutive equal values."""
     return [(value, len(list(run))) for value, run in groupby(pattern)]
-
-
-def a2a_overlap_blocker(model: ModelSpec, plan: Plan, dispatcher: str) -> str | None:
-    """Why megatron-core 0.16.1 refuses --overlap-moe-expert-parallel-comm for this
-    plan (TransformerConfig.__post_init__), or None when it accepts it."""
-    if plan.ep == 1:
-        return "needs EP > 1"
-    if dispatcher not in ("alltoall", "flex"):
-        return f"needs the alltoall or flex dispatcher, not {dispatcher}"
-    if plan.recompute == "full":
-        return "not with full recompute"
-    if plan.pp > 1 and plan.vp == 1:
-        return "needs virtual pipeline stages when PP > 1"
-    if model.mtp_layers > 1:
-        return "at most one MTP layer"
-    if model.mtp_layers and plan.pp == 1:
-        return "with an MTP layer it needs PP > 1"
-    return None
 
 
 def moe_launch(model: ModelSpec, plan: Plan, software: SoftwareFeatures,

@@ -137,9 +137,10 @@ def module_saved_widths(model: ModelSpec, fp8_inputs: bool, kind: str, etp, modu
     * mla_up_proj: MLA's per-head Q, K and V (kept only as the latents);
     * moe_act: the experts' activation output, the second expert GEMM's input
       (F per routed copy, 2 bytes or 1 in FP8);
-    * mlp: the whole MLP beyond its input (an MoE layer's whole MoE block:
-      megatron-core checkpoints ``self.mlp``, which is the MoELayer there);
-    * moe: an MoE layer's MoE block, as mlp;
+    * mlp: a dense layer's whole MLP beyond its input; nothing on an MoE layer
+      (megatron-core's TransformerLayer sets ``recompute_mlp`` only when the
+      layer is not an MoE layer; its docs: "recompute the dense MLP submodule");
+    * moe: an MoE layer's whole MoE block (MoELayer checkpoints its forward);
     * core_attn: nothing with fused attention (the scores are never stored).
     """
     from autoconfig.core.plan import RECOMPUTE_MODULES
@@ -159,7 +160,7 @@ def module_saved_widths(model: ModelSpec, fp8_inputs: bool, kind: str, etp, modu
     if kind == "moe":
         block = moe_split_width(model, fp8_inputs, etp)
         act = model.moe_topk * model.moe_ffn_hidden_size * input_bytes
-        split = split + np.where(has("mlp") | has("moe"), block,
+        split = split + np.where(has("moe"), block,
                                  np.where(has("moe_act"), act, 0.0))
     else:
         split = split + np.where(has("mlp"), _mlp_width(model, model.ffn_hidden_size)

@@ -377,12 +377,15 @@ def module_variants(model: ModelSpec) -> tuple[int, ...]:
     RECOMPUTE_MODULES): Megatron's default (core_attn) for every model; for MoE
     models also the sets the Megatron-Bridge MoE performance recipes use
     (perf_recipes/*: ["mla_up_proj"], ["layernorm", "moe_act"], ["mlp"],
-    ["mla_up_proj", "mlp"]), MLA's only for MLA models."""
+    ["mla_up_proj", "mlp"]), MLA's only for MLA models, and "moe" (the whole
+    MoE block). "mlp" touches only dense layers (megatron-core skips it on MoE
+    layers), so it is tried only where the model has dense layers."""
     sets = [""]
     if model.is_moe:
-        sets += ["layernorm,moe_act", "mlp"]
+        has_dense = "dense" in model.layer_pattern
+        sets += ["layernorm,moe_act", "moe"] + (["mlp"] if has_dense else [])
         if model.attention_kind == "mla":
-            sets += ["mla_up_proj", "mla_up_proj,mlp"]
+            sets += ["mla_up_proj"] + (["mla_up_proj,mlp"] if has_dense else [])
     return tuple(module_mask(m) for m in sets)
 
 

@@ -46,6 +46,7 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
+from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
 
@@ -414,9 +415,10 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     layer_fwd, attn, attn_bwd = times["layer"], times["attention"], times["attention_backward"]
     # Recompute: full -> forward of the recomputed layers; selective -> attention core.
     # Selective recompute modules (``RECOMPUTE_MODULES``): MLA's up-projections and
-    # the whole MLP / MoE block run their forward again (the norms and the
-    # experts' activation are elementwise and cheap: not counted).
-    block = plans.recomputes("mlp") | plans.recomputes("moe")
+    # the whole MLP ("mlp", dense layers only: megatron-core skips it on MoE layers)
+    # or MoE block ("moe") run their forward again (the norms and the experts'
+    # activation are elementwise and cheap: not counted).
+    block = plans.recomputes("moe" if "ep_comm" in times else "mlp")
     modules = (np.where(plans.recomputes("mla_up_proj"), times["mla_up"], 0.0)
                + np.where(block, times["mlp_fwd"], 0.0))
     recompute = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
@@ -445,12 +447,14 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
         fixed = fixed + layers * c.moe_layer_overhead_s
         # A recomputed MoE block dispatches and combines its tokens again.
         ep = _exposed_ep_comm(times["ep_comm"], layers, rc_layers + np.where(block, layers, 0.0),
-                              3.0 * layer_fwd - 2.0 * attn + attn_bwd, sw.moe_a2a_overlap)
+                              3.0 * layer_fwd - 2.0 * attn + attn_bwd,
+                              sw.moe_a2a_overlap
+                              & a2a_overlap_allowed(model, plans, sw.moe_dispatcher))
     return {"compute": compute, "recompute": recompute, "tp": tp, "cp": cp_comm, "ep": ep,
             "fixed": fixed, "backward": backward}
 
 
-def _exposed_ep_comm(dispatch_combine_s, layers, rc_layers, layer_compute_s, overlapped: bool):
+def _exposed_ep_comm(dispatch_combine_s, layers, rc_layers, layer_compute_s, overlapped):
     """Exposed expert-parallel token traffic of one micro-batch.
 
     Each MoE layer dispatches its tokens to their experts and combines the
@@ -460,11 +464,11 @@ def _exposed_ep_comm(dispatch_combine_s, layers, rc_layers, layer_compute_s, ove
     waits on the compute stream. With megatron-core's expert-parallel comm
     overlap (--overlap-moe-expert-parallel-comm) the 1F1B schedule runs one
     micro-batch's dispatch and combine while another computes the same layer,
-    so only what exceeds the layer's forward and backward compute is exposed."""
+    so only what exceeds the layer's forward and backward compute is exposed.
+    ``overlapped`` is per plan: megatron-core refuses the overlap for some
+    layouts (``a2a_overlap_allowed``), and those run it exposed."""
     total = (2.0 * layers + rc_layers) * dispatch_combine_s
-    if not overlapped:
-        return total
-    return np.maximum(0.0, total - layers * layer_compute_s)
+    return np.where(overlapped, np.maximum(0.0, total - layers * layer_compute_s), total)
 
 
 def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
@@ -706,14 +710,62 @@ def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
         gathered = group * local_tokens * token_bytes
         one = 0.5 * hierarchical_allreduce_s(gathered, group, k_in, nv, ib, c.comm_latency_s)
         return np.where(group > 1, 2.0 * one, 0.0)
-    copies = local_tokens * model.moe_topk * token_bytes
     in_domain = members_in_domain(ep, etp, cluster.nvlink_domain_gpus)
-    over_nvlink = copies * (in_domain - 1.0) / ep
-    over_network = copies * (ep - in_domain) / ep
+    if sw.moe_dispatcher.startswith("flex"):
+        nvlink_copies, network_copies = _fused_dispatch_copies(model, ep, in_domain)
+    else:
+        # megatron-core's alltoall dispatcher permutes top-k copies of each token
+        # and sends every copy to its expert's rank, duplicates included.
+        nvlink_copies = model.moe_topk * (in_domain - 1.0) / ep
+        network_copies = model.moe_topk * (ep - in_domain) / ep
+    over_nvlink = local_tokens * token_bytes * nvlink_copies
+    over_network = local_tokens * token_bytes * network_copies
+    copies = local_tokens * model.moe_topk * token_bytes
     a2a = np.maximum(over_nvlink / nv, over_network / ib) + c.comm_latency_s
     gather = np.where(etp > 1, 0.5 * ring_allreduce_s(copies * etp, etp, nv, c.comm_latency_s),
                       0.0)
     return np.where(ep > 1, 2.0 * a2a, 0.0) + 2.0 * gather
+
+
+def _distinct_holders(num_experts: int, topk: int, holders):
+    """Expected number of ``holders`` (ranks or NVLink domains, each holding an
+    equal share of the experts) that a token's ``topk`` distinct experts touch,
+    with the experts drawn uniformly, as a force-balanced router draws them:
+    holders x (1 - P(none of one holder's experts is drawn)), the hypergeometric
+    C(E - E/n, k) / C(E, k)."""
+    holders = np.asarray(holders, dtype=float)
+    own = num_experts / holders
+    miss = np.ones_like(holders)
+    for i in range(topk):
+        miss = miss * np.maximum(0.0, num_experts - own - i) / (num_experts - i)
+    return holders * (1.0 - miss)
+
+
+def _fused_dispatch_copies(model: ModelSpec, ep, in_domain):
+    """(NVLink, network) copies of one token that DeepEP/HybridEP (megatron-core's
+    flex dispatcher) move, per token of the sending GPU.
+
+    Across NVLink domains DeepEP sends a token once over the network to each
+    remote domain that holds any of its experts, to the GPU of the same local
+    index there, which forwards it over NVLink to the target ranks (DeepSeek-V3
+    report, section 3.2.2; DeepEP's ``get_dispatch_layout`` counts
+    ``num_tokens_per_rdma_rank`` once per node, not per expert; HybridEP is
+    hierarchical the same way). So the network carries one copy per distinct
+    remote domain instead of one per remote expert: at EP 32 over four 8-GPU
+    nodes with top-8 of 256 experts, 2.7 copies instead of 6.
+
+    Within the domain each routed copy is counted, as for the alltoall
+    dispatcher. DeepEP also sends a token once per target rank there, but
+    counting that (Qwen3-30B-A3B at EP 8: 4.6 copies instead of 7) overpredicts
+    the in-domain published runs by a further 10 points (26-28% over), so the
+    in-domain exchange is bound by more than its bytes; the per-copy count is
+    the one the measurements support until that is modelled."""
+    ep = np.asarray(ep, dtype=float)
+    domains = ep / in_domain
+    network = _distinct_holders(model.num_experts, model.moe_topk, domains) \
+        * (domains - 1.0) / domains
+    nvlink = model.moe_topk * (in_domain - 1.0) / ep
+    return nvlink, network
 
 
 def _misaligned_head_slowdown(model: ModelSpec, gpu: GPU) -> float:

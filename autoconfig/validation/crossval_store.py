@@ -20,7 +20,8 @@ from autoconfig.paths import benchmarks_dir, configs_dir, heuristics_dir
 _PACKAGE = Path(__file__).resolve().parent.parent
 MODEL_SOURCES = ("core/comm.py", "core/model.py", "core/plan.py", "core/hardware.py",
                  "core/catalog.py", "training/step_time.py", "training/stack.py",
-                 "training/activations.py", "validation/runs.py", "validation/scoring.py",
+                 "training/activations.py", "training/memory.py", "training/moe_overlap.py",
+                 "validation/runs.py", "validation/scoring.py",
                  "validation/calibration.py")
 
 
