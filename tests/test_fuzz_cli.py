@@ -43,6 +43,7 @@ MOE_CASES = 400
 """Invocations of the mixture-of-experts stream (on top of N_INVOCATIONS)."""
 TIME_LIMIT_S = 10
 MAX_ERROR_LINES = 4
+MAX_ERROR_CHARS = 300
 MAX_ECHOED_DIGITS = 24
 """A number longer than this must not come back in full in an error message."""
 NEVER = {"profile", "cross_validate"}
@@ -420,6 +421,116 @@ def generate_moe(tmp: Path) -> list[tuple[tuple[str, ...], bool]]:
     return cases
 
 
+ENV_CASES = 400
+"""Invocations of the environment-fault stream (on a seed of its own)."""
+BAD_OUTPUTS = ["afile", "afile/sub", "/proc/version/sub", "/sys/autoconfig-fuzz",
+               "/dev/null/x", "n" * 300, "adir/" + "m" * 300]
+"""Output locations no command can write: a file where a folder is wanted, a
+read-only or pseudo file system, a name too long (plus a read-only folder when
+the tests do not run as root, which writes anywhere)."""
+BAD_INPUTS = ["/dev/zero", "binary.yaml", "adir", "fifo.yaml", "/dev/null", "missing.yaml",
+              "latin1.yaml", "/proc/self/mem"]
+"""Input files that are not readable UTF-8 text: a device, binary bytes, a folder,
+a FIFO (reading it would hang), an empty device, a missing file, Latin-1 bytes."""
+CORRUPT_STORES = ["store-results-dir", "store-garbage", "store-not-object", "store-meta",
+                  "store-binary", "store-empty", "sweep-manifest", "sweep-settings"]
+"""Results folders with damaged files (written by ``_write_env_files``)."""
+HUGE = [str(2 ** 62), str(2 ** 63), str(10 ** 20), str(2 ** 64 + 1), "1" * 60]
+
+
+def _write_env_files(root: Path) -> None:
+    (root / "afile").write_text("not a folder\n")
+    (root / "adir").mkdir(exist_ok=True)
+    (root / "binary.yaml").write_bytes(bytes(range(256)) * 8)
+    (root / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    if not (root / "fifo.yaml").exists():
+        os.mkfifo(root / "fifo.yaml")
+    if os.geteuid() != 0:
+        (root / "readonly").mkdir(exist_ok=True)
+        (root / "readonly").chmod(0o500)
+    plans = "tp,pp,dp,mbs\n1,1,1,1\n"
+    stores = {"store-garbage": "not json\n{\"status\": \"ok\", \"tp\": 1\n",
+              "store-not-object": "[1, 2]\n\"ok\"\n",
+              "store-binary": None, "store-empty": "", "store-meta": "{}\n"}
+    for name, text in stores.items():
+        folder = root / name
+        folder.mkdir(exist_ok=True)
+        (folder / "plans.csv").write_text(plans)
+        if text is None:
+            (folder / "results.jsonl").write_bytes(b"\xff\xfe\x00" * 100)
+        else:
+            (folder / "results.jsonl").write_text(text)
+    (root / "store-meta" / "meta.json").write_text("{ broken")
+    (root / "store-results-dir" / "results.jsonl").mkdir(parents=True, exist_ok=True)
+    for name, damage in (("sweep-manifest", "manifest.json"), ("sweep-settings", "settings/x.json")):
+        folder = root / name
+        (folder / "settings").mkdir(parents=True, exist_ok=True)
+        (folder / "manifest.json").write_text("{}\n")
+        (folder / damage).write_bytes(b"\x00\xff not json")
+
+
+def generate_env(tmp: Path) -> list[tuple[tuple[str, ...], bool]]:
+    """(argv, invalid by construction) of the environment-fault stream: outputs
+    that cannot be written, inputs that are not text files, numbers past any
+    cluster, damaged result stores. A damaged store is not invalid input (the
+    command may report what it can); it must still end without a traceback."""
+    rng = random.Random(SEED + 2)
+    outputs = BAD_OUTPUTS + (["readonly/sub", "readonly"] if os.geteuid() != 0 else [])
+    small = {"search": ["search", "--model", "tiny", "--nodes", "1", "--gpus-per-node", "4",
+                        "--no-plots"],
+             "capacity": ["capacity", "--model", "tiny", "--nodes", "1,2", "--gpu", "a100-80gb",
+                          "--no-plots"],
+             "infer": ["infer", "--model", "tiny", "--gpus", "4", "--input-len", "128",
+                       "--output-len", "32", "--no-plots", "--max-batch", "8"],
+             "base": ["base", "--model", "gpt3", "--size", "1.3b", "--gpu", "a100-80gb",
+                      "--nodes", "1"],
+             "estimate": ["estimate", "--model", "tiny", "--gpus", "4", "--gbs", "8"]}
+    cases = []
+    for _ in range(ENV_CASES):
+        kind = rng.choice(["output", "input", "huge", "store"])
+        if kind == "output":
+            name = rng.choice(["search", "capacity", "infer", "base", "sweep", "compare"])
+            # base -o and compare --markdown name a file: an existing one is fine
+            where = rng.choice([o for o in outputs if name not in ("base", "compare")
+                                or o not in ("afile", "readonly")])
+            if name == "sweep":
+                argv = ["sweep", str(tmp / "sweeps" / "ok.yaml"), "--no-plots", "-o", where]
+            elif name == "compare":
+                argv = ["compare", "sweep-manifest", "sweep-manifest", "--markdown", where]
+            else:
+                argv = [*small[name], "-o", where]
+            cases.append((tuple(argv), True))
+        elif kind == "input":
+            bad = rng.choice(BAD_INPUTS)
+            argv = rng.choice([["validate", "--runs", bad], ["sweep", bad, "--no-plots"],
+                               [*small["search"], "--base", bad],
+                               ["estimate", "--model", bad, "--gpus", "4", "--gbs", "8"],
+                               [*small["estimate"][:3], "--gpu", bad, *small["estimate"][3:]],
+                               ["infer-validate", "--points", bad],
+                               ["search", "--model", bad, "--nodes", "1", "--no-plots"]])
+            cases.append((tuple(argv), True))
+        elif kind == "huge":
+            value = rng.choice(HUGE)
+            argv = rng.choice([["search", "--model", "tiny", "--gpus", value, "--gpus-per-node",
+                                "4", "--no-plots"],
+                               ["search", "--model", "tiny", "--nodes", value, "--no-plots"],
+                               ["estimate", "--model", "tiny", "--gpus", "4", "--gbs", value],
+                               ["estimate", "--model", "tiny", "--gpus", value, "--gbs", "8"],
+                               [*small["infer"], "--max-batch", value],
+                               [*small["capacity"], "--nodes", f"1,{value}"],
+                               [*small["base"][:-1], value],
+                               ["search", "--model", "tiny", "--nodes", "1", "--gbs", value,
+                                "--no-plots"]])
+            cases.append((tuple(argv), True))
+        else:
+            folder = rng.choice(CORRUPT_STORES)
+            argv = rng.choice([["report", folder], ["compare", folder, "sweep-settings"],
+                               ["sweep", str(tmp / "sweeps" / "ok.yaml"), "--no-plots",
+                                "--resume", folder]])
+            cases.append((tuple(argv), False))
+    return cases
+
+
 class _Hang(Exception):
     pass
 
@@ -465,6 +576,9 @@ def problems(argv, invalid, result) -> list[str]:
         lines = [line for line in err.splitlines() if line.strip()]
         if len(lines) > MAX_ERROR_LINES:
             found.append(f"error of {len(lines)} lines")
+        message = [line for line in lines if line.startswith("error:")]
+        if message and len(message[-1]) > MAX_ERROR_CHARS:
+            found.append(f"error of {len(message[-1])} characters")
         echoed = [w for w in argv if len(w) > MAX_ECHOED_DIGITS and w.lstrip("+-").isdigit()
                   and w in err]
         if echoed:
@@ -485,12 +599,13 @@ def results(monkeypatch_module, tmp_path_factory):
     Path("existing").mkdir()
     _write_sweep_files(Path("sweeps"))
     _write_model_files(Path("models"))
-    cases = generate(Path(".")) + generate_moe(Path("."))
+    _write_env_files(Path("."))
+    cases = generate(Path(".")) + generate_moe(Path(".")) + generate_env(Path("."))
     start = time.perf_counter()
     outcome = {argv: (invalid, run(argv)) for argv, invalid in cases}
     elapsed = time.perf_counter() - start
-    print(f"\nfuzz: {len(cases)} invocations ({MOE_CASES} of them MoE) over "
-          f"{len(_commands())} commands in {elapsed:.1f} s")
+    print(f"\nfuzz: {len(cases)} invocations ({MOE_CASES} of them MoE, {ENV_CASES} "
+          f"environment faults) over {len(_commands())} commands in {elapsed:.1f} s")
     return cases, outcome, elapsed
 
 
@@ -509,7 +624,7 @@ def _write_model_files(folder: Path) -> None:
 
 def test_sweep_files_and_stacks_are_fuzzed(results):
     cases, _, _ = results
-    sweeps = [argv for argv, _ in cases if argv[0] == "sweep"]
+    sweeps = [argv for argv, _ in cases[:N_INVOCATIONS] if argv[0] == "sweep"]
     assert {Path(a).name for argv in sweeps for a in argv if a.endswith(".yaml")} == set(SWEEP_FILES)
     stacks = {argv[i + 1] for argv, _ in cases for i, word in enumerate(argv[:-1])
               if word == "--stack"}
@@ -525,7 +640,7 @@ def monkeypatch_module():
 
 def test_moe_inputs_are_fuzzed(results):
     cases, outcome, _ = results
-    moe = [(argv, invalid) for argv, invalid in cases[N_INVOCATIONS:]]
+    moe = [(argv, invalid) for argv, invalid in cases[N_INVOCATIONS:N_INVOCATIONS + MOE_CASES]]
     words = {word for argv, _ in moe for word in argv}
     assert set(MOE_SHAPE_FLAGS) <= words | {w for argv, _ in cases for w in argv}
     assert {"--ep", "--etp", "--moe-dispatcher", "--recompute-modules", "--moe-imbalance",
@@ -542,7 +657,7 @@ def test_moe_inputs_are_fuzzed(results):
 
 def test_every_command_is_fuzzed_enough(results):
     cases, _, elapsed = results
-    assert len(cases) >= 1000 + MOE_CASES
+    assert len(cases) >= 2000
     fuzzed = {argv[0] for argv, _ in cases}
     assert fuzzed == set(_commands())
     assert sum(invalid for _, invalid in cases) >= 300
@@ -568,4 +683,5 @@ def test_known_failure(argv, invalid, tmp_path, monkeypatch):
     Path("existing").mkdir()
     _write_sweep_files(Path("sweeps"))
     _write_model_files(Path("models"))
+    _write_env_files(Path("."))
     assert not problems(argv, invalid, run(argv))

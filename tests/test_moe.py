@@ -321,3 +321,10 @@ def test_fsdp_stacks_shard_whole_moe_layers_and_refuse_expert_parallelism(capsys
 def test_kimi_k2_published_batch_is_whole_sequences(capsys):
     code, out, _ = run_cli(["base", "--model", "kimi-k2", "--format", "json"], capsys)
     assert json.loads(out)["training"]["global_batch_size"] == 16384
+
+
+def test_no_valid_plan_names_the_commonest_reason_and_its_fix(capsys, tmp_path):
+    code, _, err = run_cli(["search", "--model", "tiny-moe", "--nodes", "1", "--gpus-per-node",
+                            "8", "--ep", "3", "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1 and len(err) <= 300
+    assert "ep does not divide the experts" in err and "--ep values that divide the 8 experts" in err

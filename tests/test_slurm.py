@@ -82,7 +82,43 @@ def test_scancel_is_recorded_as_cancelled(slurm, tmp_path):
     thread.join(120)
     assert not thread.is_alive()
     assert [r["status"] for r in out["records"]] == ["cancelled"]
+    # the line the report shows says what happened, not submitit's signal chatter
+    assert out["records"][0]["error"].splitlines()[-1].startswith("CANCELLED")
     assert store.pending_plans(tmp_path, [plan]) == [plan]   # a resume runs it again
+
+
+def test_a_job_gets_its_whole_time_budget(slurm, tmp_path):
+    """--max-minutes 1 used to stop a job after ~28 s (the warning came a quarter
+    of the limit early, and slurmctld checks signals every ~30 s)."""
+    plan = Plan(tp=1, pp=1, dp=1)
+    opts = LaunchOptions(executor="slurm", gpus_per_node=1, time_limit_min=1,
+                         job_name="ac-test-budget", poll_s=0.5)
+    started = time.monotonic()
+    records = launch.launch(_items((plan, 1, ("sleep", 50.0, 2.0))), opts, tmp_path,
+                            progress=False)
+    assert [r["status"] for r in records] == ["ok"], records[0]["error"]
+    assert time.monotonic() - started >= 50
+
+
+def test_default_limit_is_the_budget_plus_a_grace_warned_at_the_budget():
+    from autoconfig.profiling.executors import create
+    from autoconfig.profiling.executors.slurm import SIGNAL_GRACE_MIN
+    params = create(LaunchOptions(executor="slurm", time_limit_min=7)).parameters(1)
+    assert params["time"] == 7 + SIGNAL_GRACE_MIN
+    assert params["time"] * 60 - params["signal_delay_s"] >= 7 * 60 + 30   # >= budget + 1 check
+
+
+def test_an_unreachable_controller_is_reported_while_waiting(monkeypatch, capsys):
+    from autoconfig.profiling.executors import create, slurm as slurm_executor
+    answers = iter([False, False, True])
+    monkeypatch.setattr(slurm_executor, "controller_reachable", lambda: next(answers))
+    monkeypatch.setattr(slurm_executor, "PING_EVERY_S", 0.0)
+    executor = create(LaunchOptions(executor="slurm"))
+    for _ in range(3):
+        executor._watch_controller()
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" for ")[0] for line in lines[:2]] == ["[profile] SLURM unreachable"] * 2
+    assert "still waiting" in lines[1] and "reachable again" in lines[2]
 
 
 SWEEP = textwrap.dedent("""
@@ -187,8 +223,9 @@ def test_dry_run_prints_sbatch_scripts_without_submitting(tmp_path):
                          echo=lambda text, err=False: lines.append(text)) is None
     text = "\n".join(lines)
     assert text.count("#!/bin/bash") == 2        # one array of 8-GPU plans, one 4-GPU job
+    # --time: the 20-minute budget plus the 2-minute grace in which the job is warned
     for flag in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--partition=gpu",
-                 "--account=proj", "--qos=high", "--time=20", "--constraint=h100",
+                 "--account=proj", "--qos=high", "--time=22", "--constraint=h100",
                  "--array=0-1%2", "--job-name=autoconfig-profile", "srun"):
         assert flag in text, flag
     assert not any(tmp_path.iterdir())           # nothing written

@@ -63,6 +63,52 @@ def test_latest_record_wins_and_resume_skips_only_final_plans(tmp_path):
     assert row["status"] == "ok" and row["step_time_s"] == 3.0
 
 
+def test_retry_runs_plans_whose_final_status_it_names(tmp_path):
+    statuses = ["ok", "timeout", "oom", "error"]
+    for plan, status in zip(PLANS, statuses):
+        store.append_record(tmp_path, store.result_record(_result(plan, status, error="x")))
+    assert store.pending_plans(tmp_path, PLANS) == []
+    assert store.pending_plans(tmp_path, PLANS, ("timeout",)) == [PLANS[1]]
+    assert store.pending_plans(tmp_path, PLANS, ("oom", "error")) == PLANS[2:]
+    assert store.pending_plans(tmp_path, PLANS, ("failed",)) == PLANS[1:]
+
+
+def test_retry_flag_reruns_a_timed_out_plan_with_a_longer_limit(tmp_path, monkeypatch):
+    """The fault: a timed-out plan could not be retried into the same folder."""
+    from autoconfig.profiling import sweep as profiling_sweep
+    from autoconfig.profiling.sweep import ProfileOptions
+    ran = []
+
+    def fake_launch(items, options, out_dir, on_submitted=None, **kw):
+        ran.append((len(items), options.time_limit_min))
+        on_submitted()
+        for item in items:
+            store.append_record(out_dir, store.result_record(
+                _result(item.plan, "timeout" if options.time_limit_min < 5 else "ok")))
+        return []
+    monkeypatch.setattr(profiling_sweep.launch, "launch", fake_launch)
+    from autoconfig.core.catalog import get_gpu, get_model
+    from autoconfig.core.hardware import Cluster
+    from autoconfig.core.plan import Workload
+    ranked = [profiling_sweep.RankedPlan(PLANS[0], 1.0, 1.0, 1.0)]
+    args = (ranked, get_model("tiny"), Workload(8, 128), Cluster(get_gpu("a100-80gb"), 1, 8))
+
+    def run(minutes, retry=()):
+        options = ProfileOptions.from_flags(profile=True, device="cpu", max_minutes=minutes,
+                                            top_k=1, retry=retry)
+        try:
+            profiling_sweep.run_profiling(*args, options, tmp_path, echo=lambda *a, **k: None)
+        except Exception as exc:   # noqa: BLE001 - the all-timed-out error carries the advice
+            return str(exc)
+        return ""
+    assert "--retry timeout" in run(1)
+    run(10)                                       # without --retry: nothing runs again
+    assert ran == [(1, 1), (0, 10)]
+    assert run(10, retry=("timeout",)) == ""
+    assert ran[-1] == (1, 10)
+    assert store.load_results(tmp_path / "profile")["status"].tolist() == ["ok"]
+
+
 def test_torn_last_line_is_skipped_and_nothing_else_lost(tmp_path):
     store.append_record(tmp_path, store.result_record(_result(PLANS[0])))
     with open(tmp_path / store.RESULTS_FILE, "a") as fh:

@@ -95,6 +95,20 @@ def test_resume_skips_settings_with_a_final_record(tmp_path):
     assert len(json.loads((out / "manifest.json").read_text())["resumed"]) == 1
 
 
+def test_retry_runs_failed_settings_again(tmp_path):
+    spec = parse_sweep(SMALL)
+    out = tmp_path / "run"
+    run_sweep(spec, out)
+    path = setting_path(out, spec.settings[0])
+    failed = json.loads(path.read_text())
+    failed.update(status="error", reason="node went away")
+    path.write_text(json.dumps(failed))
+    assert run_sweep(spec, out)[0]["status"] == "error"            # final without --retry
+    records = run_sweep(spec, out, retry=("failed",))
+    assert records[0]["status"] == "ok"
+    assert [r["status"] for r in records[2:]] == ["infeasible", "infeasible"]   # not named
+
+
 def test_every_setting_failed_exits_1_and_still_writes_reports(tmp_path):
     path = _write(tmp_path, {"settings": [SMALL["settings"][0]]})
     proc = cli("sweep", path, "-o", tmp_path / "run", "--no-plots")

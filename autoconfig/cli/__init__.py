@@ -11,6 +11,7 @@ import click
 
 from autoconfig import __version__
 from autoconfig.errors import AutoconfigError, ProfilingError, shortened
+from autoconfig.signals import Terminated, stop_cleanly
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -40,7 +41,8 @@ _register()
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one-line errors with exit status 2, never a traceback."""
     try:
-        code = cli.main(args=argv, prog_name="autoconfig", standalone_mode=False)
+        with stop_cleanly():
+            code = cli.main(args=argv, prog_name="autoconfig", standalone_mode=False)
     except ProfilingError as exc:
         click.echo(f"error: {shortened(str(exc))}", err=True)
         sys.exit(EXIT_FAILED)
@@ -54,18 +56,26 @@ def main(argv: list[str] | None = None) -> None:
         # one line: click lists choices on lines of their own
         click.echo(f"error: {shortened(' '.join(exc.format_message().split()))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    except click.exceptions.Abort:
-        click.echo("error: interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("error: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:
+        # click turns a KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGHUP: Terminated) into Abort
+        _stopped(exc.__cause__ or exc.__context__)
+    except KeyboardInterrupt as exc:
+        _stopped(exc)
     except OSError as exc:
         # The environment, not the input: a full disk, a read-only or missing
         # folder, a name the file system refuses. One line naming the file.
         click.echo(f"error: {shortened(environment_fault(exc))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _stopped(cause) -> None:
+    """Exit after Ctrl-C (130) or SIGTERM/SIGHUP (128 + the signal), one line."""
+    if isinstance(cause, Terminated):
+        click.echo(f"error: {cause.reason}; started jobs were cancelled", err=True)
+        sys.exit(128 + cause.signum)
+    click.echo("error: interrupted", err=True)
+    sys.exit(130)
 
 
 FAULT_ADVICE = {errno.ENOSPC: "free space there or give another output folder (-o)",

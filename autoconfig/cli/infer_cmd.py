@@ -18,6 +18,7 @@ from autoconfig.errors import InputError
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
 from autoconfig.profiling import executors
 from autoconfig.profiling.spec import DEVICES
+from autoconfig.profiling.store import RETRY_CHOICES
 from autoconfig.training.inputs import DEFAULT_GPU, gpus_per_node_for
 
 DEFAULT_TOP = 10
@@ -78,11 +79,14 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--partition", help="SLURM partition.")
 @click.option("--account", help="SLURM account.")
 @click.option("--dry-run", is_flag=True, help="With --profile: print the jobs, run nothing.")
+@click.option("--retry", multiple=True, type=click.Choice(RETRY_CHOICES),
+              help="With --profile: run again layouts whose final record has this status "
+                   "(repeatable; failed: every status but ok).")
 def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
           gpus_per_node, input_len, output_len, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
-          dry_run) -> None:
+          dry_run, retry) -> None:
     """Rank inference layouts (TP, PP, batch, replicas) by predicted throughput or
     latency: TTFT, TPOT, request latency, tokens/s and requests/s per GPU, per
     replica and in total, memory per GPU, and the throughput-latency Pareto front.
@@ -114,7 +118,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
         from autoconfig.profiling.inference_sweep import InferProfileOptions, check
         options = InferProfileOptions(device=device, executor=executor, top_k=top_k,
                                       max_minutes=max_minutes, max_parallel=max_parallel,
-                                      partition=partition, account=account, dry_run=dry_run)
+                                      partition=partition, account=account, dry_run=dry_run,
+                                      retry=tuple(retry))
         check(options)
     result = search(spec, workload, cluster, objective, limits, max_batch)
     out = Path(output_dir) if output_dir else (

@@ -11,6 +11,7 @@ from autoconfig.profiling import executors
 from autoconfig.profiling.rank import OBJECTIVES
 from autoconfig.profiling.select import DEFAULT_TOP_K
 from autoconfig.profiling.spec import DEVICES
+from autoconfig.profiling.store import RETRY_CHOICES
 from autoconfig.profiling.sweep import LAUNCH_FLAGS, SWEEP_FLAGS, ProfileOptions
 
 
@@ -50,6 +51,9 @@ def profile_options(func):
         click.option("--resume", type=click.Path(file_okay=False),
                      help="Results directory of an earlier --profile run: skip plans with a "
                           "final record, run the rest."),
+        click.option("--retry", multiple=True, type=click.Choice(RETRY_CHOICES),
+                     help="Run again plans whose final record has this status (repeatable; "
+                          "failed: every status but ok), e.g. after raising --max-minutes."),
         click.option("--profile-objective", type=click.Choice(OBJECTIVES), default="throughput",
                      show_default=True,
                      help="Rank measured plans by tokens/s (throughput) or step time (latency)."),

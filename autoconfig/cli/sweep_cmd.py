@@ -20,8 +20,11 @@ EXIT_ALL_FAILED = 1
                    "again into the same directory resumes it.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
               help="Run directory of an interrupted sweep: skip settings with a final result.")
+@click.option("--retry", multiple=True, type=click.Choice(("failed", "profile_failed", "error")),
+              help="Run again settings whose record has this status (repeatable; failed: "
+                   "profile_failed and error); a profiled one also re-runs its failed plans.")
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
-def sweep(sweep_file, output_dir, resume_dir, no_plots) -> None:
+def sweep(sweep_file, output_dir, resume_dir, retry, no_plots) -> None:
     """Run every setting of SWEEP_FILE (models x GPUs x nodes x batch x sequence x
     precision x stack x objective; predict-only or profiled) and write
     manifest.json, settings/*.json (one per setting, as it finishes), sweep.csv,
@@ -43,7 +46,7 @@ def sweep(sweep_file, output_dir, resume_dir, no_plots) -> None:
                time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     started = time.monotonic()
     with Progress(len(spec.settings), f"sweep {spec.name}") as bar:
-        records = run_sweep(spec, out, Path(sweep_file), progress=bar)
+        records = run_sweep(spec, out, Path(sweep_file), progress=bar, retry=retry)
     files = write_summary(out, records, spec.name, spec.tokens, plots=not no_plots)
     ok = sum(r["status"] == "ok" for r in records)
     click.echo(files["markdown"].read_text())
@@ -51,7 +54,8 @@ def sweep(sweep_file, output_dir, resume_dir, no_plots) -> None:
                f"run directory {out}")
     click.echo("wrote:\n" + "\n".join(f"  {p}" for p in files.values()))
     if ok == 0:
-        click.echo("error: every setting failed (reasons in sweep.md)", err=True)
+        click.echo("error: every setting failed (reasons in sweep.md; after fixing the cause, "
+                   "run again with --retry failed)", err=True)
         sys.exit(EXIT_ALL_FAILED)
 
 

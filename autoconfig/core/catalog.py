@@ -4,6 +4,7 @@ Nothing is loaded at import time: the CLI reads only what a command asks for.
 Users may give a path to a YAML file of their own instead of a catalog name.
 """
 
+import difflib
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -303,8 +304,12 @@ def get_model(name: str, size: str | None = None) -> ModelSpec:
     if family:
         sizes = ", ".join(m.size_label for m in family)
         raise InputError(f"model {name!r} needs --size: allowed are {sizes}")
-    allowed = ", ".join(sorted({m.name for m in models}))
-    raise InputError(f"unknown model {name!r}: allowed are {allowed}, or a path to a model YAML file")
+    names = sorted({m.name for m in models})
+    close = difflib.get_close_matches(key, names + list(families()), n=3, cutoff=0.6)
+    raise InputError(f"unknown model {name!r}: allowed are the {len(names)} catalog models "
+                     f"(`autoconfig catalog models`"
+                     + (f"; closest: {', '.join(close)}" if close else "")
+                     + "), or a path to a model YAML file")
 
 
 def families() -> tuple[str, ...]:

@@ -9,6 +9,7 @@ per GPU (a fixed cluster gets per-GPU throughput times its GPUs; for the
 published points per-replica and per-GPU orderings are the same).
 """
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tabulate import tabulate
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.errors import InputError
+from autoconfig.textfile import read_text
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.inference.search import predict
 from autoconfig.paths import benchmarks_dir
@@ -38,9 +40,14 @@ def default_points_path() -> Path:
 
 
 def load_points(path: Path) -> pd.DataFrame:
-    if not Path(path).is_file():
-        raise InputError(f"points file {str(path)!r} not found")
-    points = pd.read_csv(path)
+    """The points table: a UTF-8 CSV file with ``COLUMNS`` (InputError naming the
+    file when it is not one)."""
+    text = read_text(path, "points file")
+    try:
+        points = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"points file {path}: not a CSV table "
+                         f"({str(exc).splitlines()[0][:120] if str(exc) else 'empty'})") from None
     missing = [c for c in COLUMNS if c not in points.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
@@ -60,8 +67,12 @@ def predict_point(row) -> pd.Series:
 def validate(path: Path | None = None) -> ValidationResult:
     points = load_points(path or default_points_path())
     rows = []
-    for row in points.itertuples(index=False):
-        pred = predict_point(row)
+    for number, row in enumerate(points.itertuples(index=False), start=2):
+        try:
+            pred = predict_point(row)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InputError(f"{path or default_points_path()} line {number}: "
+                             f"{str(exc)[:120]}") from None
         gpus = int(row.tp) * int(row.pp)
         rows.append({"point_id": row.point_id, "source_id": row.source_id, "model": row.model,
                      "tp": row.tp, "pp": row.pp, "batch": row.batch,

@@ -50,6 +50,8 @@ class InferProfileOptions:
     partition: str | None = None
     account: str | None = None
     dry_run: bool = False
+    retry: tuple[str, ...] = ()
+    """Final statuses to run again (``store.RETRY_CHOICES``)."""
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_minutes", "max_parallel"):
@@ -161,7 +163,8 @@ def run(result: InferenceSearchResult, options: InferProfileOptions, out_dir: Pa
         warning = store.check_store(results_dir)
         if warning:
             echo(warning)   # the CLI's echo writes to stderr
-        pending = set(store.pending_plans(results_dir, [item.plan for item in items]))
+        pending = set(store.pending_plans(results_dir, [item.plan for item in items],
+                                          options.retry))
         todo = [item for item in items if item.plan in pending]
 
         def submitted() -> None:

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 from autoconfig.core.plan import PLAN_FIELDS
 from autoconfig.errors import LaunchError
-from autoconfig.profiling import executors, store
+from autoconfig.profiling import executors, ownership, store
 from autoconfig.profiling.executors.base import Executor, JobItem, LaunchOptions, Run
 
 __all__ = ["JobItem", "LaunchOptions", "launch", "profile_job"]
@@ -48,22 +48,96 @@ def launch(items: Sequence[JobItem], options: LaunchOptions, out_dir: Path,
     executor = executors.create(options)
     executor.check_capacity([i.plan for i in items])
     if not items:
+        # nothing to run: jobs an earlier sweep left behind are cancelled all the same
+        _settle_leftovers(executor, [], Path(out_dir), Path(out_dir) / "jobs")
         if on_submitted is not None:
             on_submitted()
         return []
     executor.preflight()
-    folder = Path(out_dir) / "jobs"
+    out_dir = Path(out_dir)
+    folder = out_dir / "jobs"
     created = not folder.exists()
     running = [Run(item) for item in items]
+    _settle_leftovers(executor, running, out_dir, folder)
     try:
-        executor.submit(running, folder)
+        executor.submit([run for run in running if run.job is None], folder)
     except LaunchError:
         if created:
             shutil.rmtree(folder, ignore_errors=True)
         raise
-    if on_submitted is not None:
-        on_submitted()
-    return _collect(executor, running, Path(out_dir), extra_record or {}, progress)
+    try:
+        _own(executor, running, out_dir)
+        if on_submitted is not None:
+            on_submitted()
+    except BaseException:
+        _abandon(executor, running, out_dir, extra_record or {}, [], "sweep stopped")
+        raise
+    return _collect(executor, running, out_dir, extra_record or {}, progress)
+
+
+# ---------------------------------------------------------------- ownership
+
+
+def _own(executor: Executor, running: list[Run], out_dir: Path) -> None:
+    """Write down every started job of this sweep (``ownership``)."""
+    ownership.save(out_dir, [ownership.entry(run.item.plan, executor.name, executor.handle(run))
+                             for run in running if run.job is not None])
+
+
+def _settle_leftovers(executor: Executor, running: list[Run], out_dir: Path,
+                      folder: Path) -> None:
+    """Jobs an earlier sweep into this folder started and never recorded (it was
+    killed): adopt each whose plan is to run now (its result is collected, the
+    plan is not submitted again) and cancel the rest, before anything is
+    submitted. Runs under the results folder's lock."""
+    leftovers = ownership.load(out_dir)
+    if not leftovers:
+        return
+    wanted = {run.item.plan: run for run in running}
+    adopted, cancelled = [], []
+    for handle in leftovers:
+        if handle.get("executor") != executor.name:
+            continue
+        try:
+            job = executor.reattach(handle, folder)
+            plan = store.plan_from_record(handle["plan"])
+        except Exception:  # noqa: BLE001 - a handle we cannot read back finds no job
+            continue
+        if job is None or (executor.finished(job) and executor.outcome(job) is None):
+            continue   # gone without a result (killed with its sweep): the plan runs anew
+        run = wanted.get(plan)
+        if run is not None and run.job is None:
+            run.job, run.gpus = job, tuple(handle.get("gpus") or ())
+            executor.claim(run)
+            adopted.append(str(handle["job_id"]))
+        elif not executor.finished(job):
+            executor.cancel(job)
+            cancelled.append(str(handle["job_id"]))
+    _own(executor, running, out_dir)
+    if adopted or cancelled:
+        print(f"[profile] jobs left by an earlier sweep: adopted {len(adopted)}"
+              f"{' (' + ', '.join(adopted) + ')' if adopted else ''}, cancelled {len(cancelled)}"
+              f"{' (' + ', '.join(cancelled) + ')' if cancelled else ''}", file=sys.stderr)
+
+
+def _abandon(executor: Executor, running: list[Run], out_dir: Path, extra: dict,
+             records: list[dict], why: str) -> None:
+    """The sweep stops early (Ctrl-C, SIGTERM, SIGHUP, a full disk...): cancel every
+    started job and record it as cancelled, so a resume runs it again. Best effort
+    on the records (the disk may be full); the jobs are cancelled regardless."""
+    for run in running:
+        if run.job is not None:
+            executor.cancel(run.job)
+    for run in running:
+        if run.job is None:
+            continue
+        record = _failure_record(executor, run, "cancelled", why)
+        record.update(extra)
+        with _suppress(OSError):
+            store.append_record(out_dir, record)
+            records.append(record)
+    with _suppress(OSError):
+        ownership.save(out_dir, [])
 
 
 # ---------------------------------------------------------------- collection
@@ -76,7 +150,10 @@ def _collect(executor: Executor, running: list[Run], out_dir, extra, show_progre
     last_line = ""
     try:
         while True:
+            started = sum(run.job is not None for run in running)
             executor.start(running, folder)
+            if sum(run.job is not None for run in running) != started:
+                _own(executor, running, out_dir)
             executor.refresh(running)
             for run in [run for run in running if run.job is not None]:
                 if not _job_done(executor, run):
@@ -92,6 +169,7 @@ def _collect(executor: Executor, running: list[Run], out_dir, extra, show_progre
                 failed += record["status"] != "ok"
                 executor.release(run)
                 running.remove(run)
+                _own(executor, running, out_dir)
             queued = sum(1 for run in running if run.job is None)
             line = (f"[profile] {len(records)} done ({failed} failed), "
                     f"{len(running) - queued} running, {queued} queued")
@@ -104,15 +182,12 @@ def _collect(executor: Executor, running: list[Run], out_dir, extra, show_progre
             if not running:
                 break
             time.sleep(executor.options.poll_s)
-    except KeyboardInterrupt:
-        # Interrupted sweep: stop what runs; plans without a final record run on --resume.
-        for run in running:
-            if run.job is not None:
-                executor.cancel(run.job)
-                record = _failure_record(executor, run, "cancelled", "sweep interrupted")
-                record.update(extra)
-                store.append_record(out_dir, record)
-                records.append(record)
+    except BaseException as exc:
+        # Interrupted (Ctrl-C, SIGTERM, SIGHUP) or failed (a full disk...): stop what
+        # runs; plans without a final record run again on resume.
+        why = (f"sweep {getattr(exc, 'reason', 'interrupted')}" if isinstance(exc, KeyboardInterrupt)
+               else f"sweep stopped: {type(exc).__name__}: {str(exc)[:200]}")
+        _abandon(executor, running, out_dir, extra, records, why)
         if show_progress and sys.stderr.isatty():
             print("", file=sys.stderr)
         raise
@@ -126,15 +201,21 @@ def _outcome_record(executor: Executor, run: Run) -> dict:
     reported = executor.outcome(run.job)
     if reported is None:
         state = executor.state(run.job)
+        status = executor.status_of(state)
         tail = executor.log_tail(run.job)
-        return _failure_record(executor, run, executor.status_of(state),
-                               f"job {executor.job_id(run.job)} ended {state} without a result"
-                               + (f": {tail}" if tail else ""))
+        return _failure_record(executor, run, status,
+                               (f"{tail}\n" if tail else "")
+                               + _explained(executor, run, status, state, "without a result"))
     outcome, value = reported
     if outcome != "success":
         text = _tail(str(value))
-        status = "timeout" if ("timed-out" in text or "TIMEOUT" in text) else "error"
-        return _failure_record(executor, run, status, text)
+        state = executor.state(run.job) if executor.finished(run.job) else ""
+        status = ("timeout" if ("timed-out" in text or "TIMEOUT" in text)
+                  else executor.status_of(state) if state else "error")
+        if status == "error":   # the traceback's last line says why
+            return _failure_record(executor, run, status, text)
+        return _failure_record(executor, run, status,
+                               f"{text}\n" + _explained(executor, run, status, state, "early"))
     if value is None:
         return _failure_record(executor, run, "error", "no rank returned a result")
     if not isinstance(value, dict):
@@ -145,6 +226,17 @@ def _outcome_record(executor: Executor, run: Run) -> dict:
     record.setdefault("status", "ok")
     record.update(_job_fields(executor, run))
     return record
+
+
+def _explained(executor: Executor, run: Run, status: str, state: str, how: str) -> str:
+    """The line that says why a job failed, last in its record's error (the
+    report shows the last line): the scheduler's state and, for a time-out,
+    the limit that hit and the flags that change it."""
+    job = f"job {executor.job_id(run.job)} ended {state or status.upper()} {how}"
+    if status == "timeout":
+        return (f"TIMEOUT: {job}: the {executor.options.time_limit_min}-minute limit hit "
+                "(raise --max-minutes/--time-limit, then --retry timeout)")
+    return f"{(state.split() or [status.upper()])[0]}: {job}"
 
 
 def _failure_record(executor: Executor, run: Run, status: str, error: str) -> dict:

@@ -26,11 +26,14 @@ CPU_NOTE = ("CPU run: every plan ran on a scaled-down proxy of the model on CPU 
 ADVICE = {
     "oom": "out of memory: profile plans with more recompute, a smaller micro-batch or more TP/PP "
            "(or search with --recompute full --mbs 1)",
-    "timeout": "time limit hit: raise --max-minutes/--time-limit or lower --max-steps/--warmup-steps",
+    "timeout": "time limit hit: raise --max-minutes/--time-limit (or lower --max-steps/"
+               "--warmup-steps) and re-run the same command with --retry timeout",
     "error": "jobs raised: read the error lines above; check that torch and megatron-core are "
-             "installed where the jobs run (pip install 'autoconfig[profile]')",
-    "cancelled": "jobs were cancelled: re-run the same command with --resume DIR to finish them",
-    "node_fail": "a node failed: exclude it (--slurm-extra exclude=NODE) and --resume DIR",
+             "installed where the jobs run (pip install 'autoconfig[profile]'), then re-run "
+             "with --retry error",
+    "cancelled": "jobs were cancelled: re-run the same command (or --resume DIR) to finish them",
+    "node_fail": "a node failed: exclude it (--slurm-extra exclude=NODE) and re-run the same "
+                 "command (or --resume DIR)",
 }
 
 

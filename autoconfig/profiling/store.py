@@ -207,15 +207,29 @@ def load_meta(out_dir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def finished_plans(out_dir: Path) -> set[Plan]:
-    """Plans whose latest record has a final status."""
+RETRY_CHOICES = ("failed", "oom", "error", "timeout", "cancelled", "node_fail")
+"""What ``--retry`` takes: a status, or ``failed`` for every status but ok."""
+
+
+def retry_statuses(retry) -> frozenset[str]:
+    """The record statuses ``--retry`` values name (``failed``: all but ok)."""
+    statuses = set()
+    for value in retry or ():
+        statuses |= set(KNOWN_STATUSES) - {"ok"} if value == "failed" else {value}
+    return frozenset(statuses)
+
+
+def finished_plans(out_dir: Path, retry=()) -> set[Plan]:
+    """Plans whose latest record has a final status that is not to be retried."""
+    again = retry_statuses(retry)
     return {plan_from_record(record) for record in latest_records(out_dir)
-            if record.get("status") in FINAL_STATUSES}
+            if record.get("status") in FINAL_STATUSES and record.get("status") not in again}
 
 
-def pending_plans(out_dir: Path, plans: list[Plan]) -> list[Plan]:
-    """The plans (in the given order) without a final record in ``out_dir``."""
-    done = finished_plans(out_dir)
+def pending_plans(out_dir: Path, plans: list[Plan], retry=()) -> list[Plan]:
+    """The plans (in the given order) without a final record in ``out_dir``, or whose
+    final record has a status in ``retry`` (``RETRY_CHOICES``)."""
+    done = finished_plans(out_dir, retry)
     return [p for p in plans if p not in done]
 
 
@@ -326,7 +340,7 @@ def _alive(holder: dict) -> bool:
     recorded = holder.get("process_start")
     if recorded is not None and recorded != process_start(pid):
         return False   # the pid now belongs to another process: the sweep is gone
-    return not _zombie(pid)
+    return not is_zombie(pid)
 
 
 def process_start(pid: int) -> int | None:
@@ -339,7 +353,7 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-def _zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     """A process that exited but was not reaped (Linux /proc): gone for our purpose."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

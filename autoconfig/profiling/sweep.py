@@ -34,7 +34,7 @@ INSTALL_HINT = ("pip install 'autoconfig[profile]' (CPU only: pip install torch=
 
 
 SWEEP_FLAGS = ("profile", "top_k", "max_steps", "warmup_steps", "dry_run", "resume",
-               "profile_objective")
+               "profile_objective", "retry")
 LAUNCH_FLAGS = ("device", "executor", "max_minutes", "max_parallel", "time_limit")
 
 
@@ -52,6 +52,8 @@ class ProfileOptions:
     dry_run: bool = False
     resume: str | None = None
     profile_objective: str = "throughput"
+    retry: tuple[str, ...] = ()
+    """Final statuses to run again (``store.RETRY_CHOICES``; ``failed``: all but ok)."""
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_steps"):
@@ -59,6 +61,12 @@ class ProfileOptions:
                 raise InputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
         if self.warmup_steps < 0:
             raise InputError(f"invalid --warmup-steps {self.warmup_steps}: must be >= 0")
+        retry = tuple(self.retry or ())
+        object.__setattr__(self, "retry", retry)
+        for value in retry:
+            if value not in store.RETRY_CHOICES:
+                raise InputError(f"invalid --retry {str(value)[:40]!r}: allowed are "
+                                 f"{', '.join(store.RETRY_CHOICES)}")
 
     @classmethod
     def from_flags(cls, **flags) -> "ProfileOptions":
@@ -149,7 +157,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
         warning = store.check_store(results_dir)
         if warning:
             echo(warning, err=True)
-        pending = set(store.pending_plans(results_dir, selected))
+        pending = set(store.pending_plans(results_dir, selected, options.retry))
         todo = [item for item in items if item.plan in pending]
         skipped = len(items) - len(todo)
         meta = _meta(model, workload, cluster, options, specs)
@@ -161,7 +169,10 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
                 echo(f"note: {CPU_NOTE}", err=True)
             if skipped:
                 echo(f"resume: {skipped} plan(s) already have a final record in {results_dir}; "
-                     f"running {len(todo)}", err=True)
+                     f"running {len(todo)}"
+                     + ("" if todo or options.retry else
+                        " (--retry failed|oom|error|timeout|cancelled runs failed plans again)"),
+                     err=True)
 
         launch.launch(todo, lopts, results_dir, on_submitted=submitted)
         csv_path, md_path, report = write_report(results_dir, options.profile_objective)
@@ -216,7 +227,8 @@ def _check_any_succeeded(report: pd.DataFrame, selected, options: ProfileOptions
     elif (counts.index == "oom").all():
         hint = "every plan ran out of memory: search with --recompute full --mbs 1 or more TP/PP"
     elif (counts.index == "timeout").all():
-        hint = "raise --max-minutes or lower --max-steps/--warmup-steps"
+        hint = ("raise --max-minutes (or lower --max-steps/--warmup-steps) and run again with "
+                "--retry timeout")
     elif options.device == "cuda":
         hint = f"read {results_dir / store.RESULTS_FILE}, or try --device cpu"
     else:

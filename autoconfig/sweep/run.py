@@ -55,10 +55,20 @@ def load_record(out_dir: Path, setting: Setting) -> dict | None:
     return record if isinstance(record, dict) and record.get("status") in STATUSES else None
 
 
+def retry_statuses(retry) -> frozenset[str]:
+    """Setting statuses that ``--retry`` values name (``failed``: profile_failed, error)."""
+    statuses = set()
+    for value in retry or ():
+        statuses |= {"profile_failed", "error"} if value == "failed" else {value}
+    return frozenset(statuses)
+
+
 def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
-              progress=None, echo=None) -> list[dict]:
-    """Run every setting without a final record; return all records in the
-    sweep's order."""
+              progress=None, echo=None, retry=()) -> list[dict]:
+    """Run every setting without a final record, and those whose record has a
+    status ``retry`` names (``retry_statuses``; a profiled setting run again also
+    runs its failed plans again); return all records in the sweep's order."""
+    again = retry_statuses(retry)
     from autoconfig.profiling.store import lock
     out_dir = Path(out_dir)
     echo = echo or (lambda text: print(text, file=sys.stderr))
@@ -70,8 +80,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
         write_manifest(out_dir, spec, sweep_file)
         for setting in spec.settings:
             record = load_record(out_dir, setting)
-            if record is None:
-                record = run_setting(setting, spec, out_dir)
+            if record is None or record.get("status") in again:
+                record = run_setting(setting, spec, out_dir,
+                                     retry_plans=("failed",) if record is not None else ())
                 if record.get("busy"):
                     # Another sweep holds the setting's folder: not an outcome of the
                     # setting, so no record; the next run tries it again.
@@ -86,8 +97,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
     return records
 
 
-def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path) -> dict:
-    """Search one setting (and profile it in profile mode); never raises."""
+def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=()) -> dict:
+    """Search one setting (and profile it in profile mode, running plans whose
+    final status ``retry_plans`` names again); never raises."""
     started = time.time()
     record = {"key": setting.key, "setting": setting.to_dict(), "status": "error",
               "reason": "", "started_at": _now(started)}
@@ -95,7 +107,7 @@ def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path) -> dict:
         result = _search(setting)
         record.update(_predicted(result), status="ok")
         if setting.mode == "profile":
-            record.update(_profile(setting, spec, result, out_dir))
+            record.update(_profile(setting, spec, result, out_dir, retry_plans))
     except BusyError as exc:
         record.update(status="error", reason=str(exc), busy=True)
     except AutoconfigError as exc:
@@ -149,13 +161,15 @@ def _predicted(result) -> dict:
             "runner_up": _row_summary(result, 1) if result.feasible > 1 else None}
 
 
-def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path) -> dict:
+def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path, retry_plans=()) -> dict:
     """Profile the setting's top plans; the measured best (or why none ran)."""
     from autoconfig.profiling.report import build_table
     from autoconfig.errors import ProfilingError
     from autoconfig.profiling.store import PROFILE_SUBDIR
     from autoconfig.profiling.sweep import ProfileOptions, ranked_from_search, run_profiling
-    options = ProfileOptions.from_flags(profile=True, **spec.profile)
+    flags = dict(spec.profile)
+    flags["retry"] = tuple(flags.get("retry") or ()) + tuple(retry_plans)
+    options = ProfileOptions.from_flags(profile=True, **flags)
     where = Path(out_dir) / PROFILES_DIR / setting.slug
     lines = []
     try:

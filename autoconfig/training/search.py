@@ -20,7 +20,8 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import module_list
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
-from autoconfig.training.space import (R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
+from autoconfig.training.space import (R_DP, R_EP_DENSE, R_EP_EXPERTS, R_ETP_FFN, R_GBS,
+                                       R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
                                        enumerate_plans)
 from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, cannot_run_error,
                                        load_stack, plan_feature_masks)
@@ -93,7 +94,7 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
         cluster.gpu.peak_tflops("fp8")  # InputError on GPUs without FP8
     space = runnable_recompute(enumerate_plans(model, workload, cluster, choices), software)
     if len(space.plans) == 0:
-        raise InfeasibleError(_no_valid_plan_message(workload, cluster, space))
+        raise InfeasibleError(_no_valid_plan_message(model, workload, cluster, space))
     # Model states alone already overflow most large-model plans: drop those
     # before counting activations (the lower bound never drops a plan that fits).
     maybe = memory.states_lower_bound(model, workload, space.plans,
@@ -242,15 +243,23 @@ def _table(plans: PlanTable, workload: Workload, mem, times) -> pd.DataFrame:
     return pd.DataFrame({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in data.items()})
 
 
-def _no_valid_plan_message(workload: Workload, cluster: Cluster, space: PlanSpace) -> str:
-    reasons = ", ".join(f"{r}: {c}" for r, c in space.rejected.items())
-    hint = ""
-    if any("gbs" in r for r in space.rejected):
-        hint = (f"; try a global batch size that splits over the data-parallel ranks "
-                f"(e.g. a multiple of {cluster.num_gpus})")
+def _no_valid_plan_message(model: ModelSpec, workload: Workload, cluster: Cluster,
+                           space: PlanSpace) -> str:
+    """Why no layout is valid: the two commonest reasons and what to change for the
+    first (all counts are in ``search``'s report when some plan is valid)."""
+    ranked = sorted(space.rejected.items(), key=lambda item: -item[1])
+    reasons = ", ".join(f"{r}: {c}" for r, c in ranked[:2])
+    more = f", {len(ranked) - 2} more" if len(ranked) > 2 else ""
+    hints = {R_GBS: f"a global batch size that splits over the data-parallel ranks "
+                    f"(e.g. a multiple of {cluster.num_gpus})",
+             R_EP_EXPERTS: f"--ep values that divide the {model.num_experts} experts",
+             R_EP_DENSE: "no --ep/--etp for a dense model",
+             R_ETP_FFN: f"--etp values that divide the expert FFN ({model.moe_ffn_hidden_size})",
+             R_DP: f"--tp/--pp/--cp whose product divides the {cluster.num_gpus} GPUs"}
+    hint = next((hints[r] for r, _ in ranked if r in hints), "")
     return (f"no valid plan for gbs {workload.global_batch_size}, seq {workload.seq_len} on "
             f"{cluster.num_gpus} GPUs: all {space.considered} candidates rejected "
-            f"({reasons}){hint}")
+            f"({reasons}{more})" + (f"; try {hint}" if hint else ""))
 
 
 def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster,

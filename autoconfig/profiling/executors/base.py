@@ -184,6 +184,22 @@ class Executor(ABC):
     def job_id(self, job) -> str | None:
         return getattr(job, "job_id", None)
 
+    # ---------------------------------------------------------- ownership
+
+    def handle(self, run: Run) -> dict:
+        """What finds the started job again once this process is gone
+        (``autoconfig.profiling.ownership``): its id, task count and GPUs."""
+        return {"job_id": self.job_id(run.job), "tasks": run.item.world_size,
+                "gpus": list(run.gpus)}
+
+    def reattach(self, handle: dict, folder: Path):
+        """The job an earlier sweep left behind, from its handle, to adopt or
+        cancel; None when this executor cannot find jobs again."""
+        return None
+
+    def claim(self, run: Run) -> None:
+        """An adopted job holds what it held before (the local executor: its GPUs)."""
+
     @abstractmethod
     def cancel(self, job) -> None:
         """Stop a job (best effort, never raises)."""

@@ -18,6 +18,7 @@ from autoconfig.errors import InputError
 from autoconfig.profiling.executors import register
 from autoconfig.profiling.executors._submitit import SubmititExecutor
 from autoconfig.profiling.executors.base import Run
+from autoconfig.profiling.store import is_zombie, process_start
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,20 @@ class LocalExecutor(SubmititExecutor):
     def release(self, run: Run) -> None:
         self.free_gpus += run.gpus
 
+    def handle(self, run: Run) -> dict:
+        # the job id is the controller's pid; its start time tells it from a reused pid
+        return {**super().handle(run), "pid_start": process_start(int(run.job.job_id))}
+
+    def reattach(self, handle: dict, folder: Path):
+        from submitit.local.local import LocalJob
+
+        pid = int(handle["job_id"])
+        return LocalJob(folder=folder, job_id=str(pid), tasks=list(range(int(handle["tasks"]))),
+                        process=_Controller(pid, handle.get("pid_start")))
+
+    def claim(self, run: Run) -> None:
+        self.free_gpus = [gpu for gpu in self.free_gpus if gpu not in run.gpus]
+
     def _submit_one(self, run: Run, folder: Path):
         import submitit
 
@@ -116,6 +131,24 @@ class LocalExecutor(SubmititExecutor):
                  f"timeout {self.options.time_limit_min} min) running "
                  f"{item.fn.__module__}.{item.fn.__qualname__}")
         echo(f"# dry run: {len(items)} local job(s); nothing started")
+
+
+class _Controller:
+    """The submitit controller of a job an earlier (now dead) sweep started: the
+    little of ``subprocess.Popen`` that LocalJob and ``cancel`` use. It runs
+    while a process with its pid and start time lives."""
+
+    def __init__(self, pid: int, started: int | None) -> None:
+        self.pid, self.started = pid, started
+
+    def poll(self) -> int | None:
+        alive = process_start(self.pid) is not None and not is_zombie(self.pid)
+        return None if alive and process_start(self.pid) == self.started else 0
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with suppress(OSError):
+                os.kill(self.pid, signum)
 
 
 def local_gpu_visible() -> bool:

@@ -16,9 +16,10 @@ submitit facts relied on (submitit 1.5.4 source, submitit/slurm/slurm.py;
   leaves no pickle, only its sacct state, which ``job.done(force_check=True)``
   refreshes for every job in one sacct call (SlurmInfoWatcher).
 - SLURM sends USR2 ``signal_delay_s`` before the time limit (see
-  ``launch.profile_job``); a delay >= the limit signals at the first 30 s
-  check, possibly before Python has installed the handler, so the default
-  delay is a quarter of the limit, at most 90 s.
+  ``launch.profile_job``), checked about every 30 s, so it may come that much
+  early; a delay >= the limit signals at the first check, possibly before
+  Python has installed the handler. So the job's limit is the budget plus
+  SIGNAL_GRACE_MIN and the warning comes SIGNAL_DELAY_S before it.
 """
 
 import math
@@ -26,6 +27,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Sequence
@@ -34,6 +36,14 @@ from autoconfig.errors import InputError, LaunchError
 from autoconfig.profiling.executors import register
 from autoconfig.profiling.executors._submitit import SubmititExecutor
 from autoconfig.profiling.executors.base import JobItem, Run
+
+
+PING_EVERY_S = 30.0
+"""How often a waiting sweep checks that slurmctld answers."""
+SIGNAL_GRACE_MIN = 2
+"""Minutes SLURM's time limit adds to the profiling budget (``parameters``)."""
+SIGNAL_DELAY_S = 60
+"""Seconds before SLURM's limit that the job is warned (USR2): the budget's end."""
 
 
 @dataclass(frozen=True)
@@ -113,11 +123,17 @@ class SlurmExecutor(SubmititExecutor):
         options, backend = self.options, self.backend
         per_node = min(options.gpus_per_node, world_size)
         delay = options.signal_delay_s
+        extra_min = 0
         if delay is None:
-            delay = min(90, max(10, options.time_limit_min * 60 // 4))
+            # The job gets its whole budget: SLURM's limit is the budget plus a grace,
+            # and the warning (USR2) comes a grace before that limit. slurmctld checks
+            # for due signals every ~30 s, so a warning may come up to that much early:
+            # a grace of 2 minutes and a warning 60 s before the limit lands it at or
+            # after the budget, leaving at least 60 s to stop cleanly.
+            extra_min, delay = SIGNAL_GRACE_MIN, SIGNAL_DELAY_S
         params = {
             "job_name": options.job_name,
-            "time": options.time_limit_min,
+            "time": options.time_limit_min + extra_min,
             "nodes": math.ceil(world_size / per_node),
             "ntasks_per_node": per_node,
             "signal_delay_s": delay,
@@ -155,11 +171,37 @@ class SlurmExecutor(SubmititExecutor):
                 run.job = job
             submitted += group_runs
 
+    def reattach(self, handle: dict, folder: Path):
+        import submitit
+
+        return submitit.SlurmJob(folder=folder, job_id=str(handle["job_id"]),
+                                 tasks=list(range(int(handle["tasks"]))))
+
     def refresh(self, runs: list[Run]) -> None:
         started = [run for run in runs if run.job is not None]
         if started:
             # one sacct call refreshes the shared watcher for every job
             started[0].job.done(force_check=True)
+            self._watch_controller()
+
+    def _watch_controller(self) -> None:
+        """Say so while slurmctld does not answer (jobs keep their last known
+        state meanwhile), every PING_EVERY_S, and when it answers again."""
+        now = time.monotonic()
+        if now - getattr(self, "_pinged_at", -PING_EVERY_S) < PING_EVERY_S:
+            return
+        self._pinged_at = now
+        down_since = getattr(self, "_down_since", None)
+        if controller_reachable():
+            if down_since is not None:
+                print(f"[profile] SLURM reachable again after {now - down_since:.0f} s",
+                      file=sys.stderr, flush=True)
+            self._down_since = None
+            return
+        if down_since is None:
+            self._down_since = down_since = now
+        print(f"[profile] SLURM unreachable for {now - down_since:.0f} s (scontrol ping), "
+              "still waiting", file=sys.stderr, flush=True)
 
     def scripts(self, items: Sequence[JobItem], folder: Path) -> list[str]:
         """The sbatch scripts a launch would submit (one per resource group)."""
@@ -183,6 +225,15 @@ class SlurmExecutor(SubmititExecutor):
                      f"{label(item.plan)} ({item.world_size} ranks)")
             echo("")
         echo(f"# dry run: {len(items)} job(s) in the script(s) above; nothing submitted")
+
+
+def controller_reachable() -> bool:
+    """slurmctld answers ``scontrol ping`` with UP."""
+    try:
+        proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and "UP" in proc.stdout
 
 
 def group_by_shape(items: Sequence[JobItem]) -> dict[int, list[JobItem]]:
