@@ -128,7 +128,7 @@ def test_no_successful_plan_is_an_error_naming_the_cause(threads, tmp_path):
 
 
 def test_unknown_executor_names_the_registered_ones():
-    with pytest.raises(InputError, match="allowed are local, slurm"):
+    with pytest.raises(InputError, match="allowed are local, replay, slurm"):
         LaunchOptions(executor="nope")
 
 

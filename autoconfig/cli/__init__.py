@@ -26,12 +26,13 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here, after ``cli`` exists, so each command module stays independent.
-    from autoconfig.cli import (base_cmd, capacity_cmd, catalog_cmd, estimate_cmd, infer_cmd,
-                                report_cmd, search_cmd, sweep_cmd, validate_cmd)
+    from autoconfig.cli import (base_cmd, calibrate_cmd, capacity_cmd, catalog_cmd,
+                                estimate_cmd, infer_cmd, report_cmd, search_cmd, sweep_cmd,
+                                validate_cmd)
     for command in (catalog_cmd.catalog, base_cmd.base, search_cmd.search,
                     estimate_cmd.estimate, capacity_cmd.capacity, validate_cmd.validate,
-                    report_cmd.report, infer_cmd.infer, infer_cmd.infer_validate,
-                    sweep_cmd.sweep, sweep_cmd.compare):
+                    report_cmd.report, calibrate_cmd.calibrate, infer_cmd.infer,
+                    infer_cmd.infer_validate, sweep_cmd.sweep, sweep_cmd.compare):
         cli.add_command(command)
 
 

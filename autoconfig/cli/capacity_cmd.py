@@ -72,6 +72,7 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
 
     stack, software = pop_software(stack_opts)
     layer_fields = pop_layers(stack_opts)
+    calibration = stack_opts.pop("calibration")
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
     if spec is None:
@@ -95,14 +96,16 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     seq = seq_len or spec.seq_len
     workload = Workload(global_batch_size=gbs or default_global_batch_size(spec, seq),
                         seq_len=seq, precision=precision)
+    calibrated = _calibrated(calibration, gpu_specs)
     cells = capacity_grid(spec, workload, gpu_specs, node_counts, budget, gpus_per_node,
-                          software=software, stack=stack.name)
+                          software=software, stack=stack.name,
+                          constants={name: c for name, (c, _) in calibrated.items()})
     costs = price_cells(cells, {g.name: g for g in gpu_specs}, assumed, prices)
     df = capacity_table(cells, costs, tokens=budget, tdp_w={g.name: g.tdp_w for g in gpu_specs})
     out = Path(output_dir) if output_dir else Path("autoconfig-out") / f"capacity-{spec.name}"
     title = f"Capacity plan: {spec.name} ({format_count(params)} params), {format_count(budget)} tokens"
     notes = [f"global batch {workload.global_batch_size} sequences of {seq} tokens, {precision}, "
-             f"stack {stack.name}",
+             f"stack {stack.name}", *(note for _, note in calibrated.values()),
              "days = tokens / (predicted tokens/s of the best plan); predictions, not measurements: "
              "prove the chosen cell with `autoconfig search ... --profile`",
              f"cost = GPU-hours x price ({_prices_note(prices)}); energy = (GPUs x TDP x "
@@ -142,3 +145,18 @@ def _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node):
         raise InputError(f"invalid --gpus {bad[0]}: must be a whole number of {size}-GPU nodes")
     return tuple(n // size for n in gpu_counts)
 
+
+
+def _calibrated(path, gpu_specs) -> dict:
+    """GPU name -> (constants, note) of --calibration: it applies to the GPU it was
+    fitted on (InputError when that GPU is not in the plan); the others run on the
+    shipped constants."""
+    if path is None:
+        return {}
+    from autoconfig.profiling.calibrate import constants_for, read_calibration
+    gpu = read_calibration(path).gpu
+    if gpu not in {g.name for g in gpu_specs}:
+        raise InputError(f"calibration {path} was fitted on {gpu}, which is not among --gpu "
+                         f"{', '.join(g.name for g in gpu_specs)}")
+    constants, note = constants_for(path, gpu)
+    return {gpu: (constants, note + " (other GPUs: shipped constants)")}

@@ -130,6 +130,7 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     """Predict memory per GPU and step time of one plan."""
     stack, software = pop_software(opts)
     layer_fields = pop_layers(opts)
+    calibration = opts.pop("calibration")
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          seq_len)
     if spec is None:
@@ -170,8 +171,13 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
         first_stage_layers, last_stage_layers = default_split(spec.num_layers, pp, spec.mtp_layers, vp)
         plan = replace(plan, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers)
-    result = estimate_plan(spec, workload, cluster, plan, software, stack.name, memory_recipe)
+    from autoconfig.profiling.calibrate import constants_for
+    constants, note = constants_for(calibration, gpu_spec.name)
+    result = estimate_plan(spec, workload, cluster, plan, software, stack.name, memory_recipe,
+                           constants)
+    if note:
+        result["calibration"] = note
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
-        click.echo(render_table(result))
+        click.echo(render_table(result) + (f"\n{note}" if note else ""))

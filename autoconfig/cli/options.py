@@ -199,8 +199,12 @@ def architecture_options(func):
 
 
 def stack_options(func):
-    """--stack and the single-feature overrides (``autoconfig.training.stack``)."""
+    """--stack and the single-feature overrides (``autoconfig.training.stack``),
+    and --calibration (the constants the model runs with)."""
     options = [
+        click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+                     help="Calibration file from `autoconfig calibrate` (constants refitted on "
+                          "measurements of this GPU); refused for another GPU or model version."),
         click.option("--stack", default=None,
                      help=f"Software stack the run uses (default {DEFAULT_STACK}; see "
                           "heuristics/stacks/: megatron-lm, nemo, megatron-deepspeed, "

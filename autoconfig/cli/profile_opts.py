@@ -31,6 +31,13 @@ def profile_options(func):
                      show_default=True, help="Where jobs run: local processes or SLURM."),
         click.option("--top-k", type=int, default=DEFAULT_TOP_K, show_default=True,
                      help="Plans to profile: the predicted best plus diverse layouts."),
+        click.option("--max-runs", type=int, default=None,
+                     help="Profile in rounds with at most this many runs: measure, recalibrate "
+                          "on what was measured, re-rank the whole grid, measure the best "
+                          "unmeasured plans, until the best is proven (--tolerance)."),
+        click.option("--tolerance", type=float, default=0.02, show_default=True,
+                     help="With --max-runs: stop when the measured best is within this fraction "
+                          "of every unmeasured plan's calibrated prediction."),
         click.option("--max-steps", type=int, default=3, show_default=True,
                      help="Timed training steps per job."),
         click.option("--warmup-steps", type=int, default=2, show_default=True,
@@ -44,6 +51,9 @@ def profile_options(func):
         click.option("--qos", help="SLURM quality of service."),
         click.option("--time-limit", type=int,
                      help="SLURM time limit in minutes (default --max-minutes)."),
+        click.option("--measurements", type=click.Path(dir_okay=False),
+                     help="With --executor replay: CSV of measured runs (plan columns and "
+                          "step_time_s) that answers each profiling job instead of running it."),
         click.option("--slurm-extra", multiple=True, metavar="KEY=VALUE",
                      help="Extra sbatch option, repeatable (e.g. constraint=h100)."),
         click.option("--dry-run", is_flag=True,

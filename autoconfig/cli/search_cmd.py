@@ -107,12 +107,18 @@ def search(**options) -> None:
                             base_path=options.get("base"), slurm=slurm)
     files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots, spec=spec)
     if output_format == "json":
-        click.echo(json.dumps(search_json(result, inputs.top, files, spec), indent=1))
+        data = search_json(result, inputs.top, files, spec)
+        if inputs.calibration_note:
+            data["calibration"] = inputs.calibration_note
+        click.echo(json.dumps(data, indent=1))
     else:
         click.echo(render_search(result, inputs.top, files, spec))
+        if inputs.calibration_note:
+            click.echo(inputs.calibration_note)
     if profiling.profile:  # a Plan per candidate costs seconds on a 200,000-plan MoE grid
         run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
-                      profiling, inputs.output_dir, software=result.software)
+                      profiling, inputs.output_dir, software=result.software,
+                      stack=result.stack)
 
 
 def _base_config(base: str | None):

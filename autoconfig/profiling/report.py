@@ -184,6 +184,33 @@ def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
     return "\n".join(lines)
 
 
+def render_rounds(rounds: list[dict]) -> str:
+    """The rounds of a --max-runs run: what each measured, the constants it
+    ranked with, the predicted top and the best so far, and why it stopped."""
+    if not rounds:
+        return ""
+    lines = ["", "## Rounds", "", "| round | runs before | profiled | constants | predicted top "
+             "| best measured |", "|---|---|---|---|---|---|"]
+    stopped = ""
+    for r in rounds:
+        if r.get("stopped"):
+            stopped = str(r["stopped"])
+        if not r.get("planned"):
+            continue
+        constants = ", ".join(f"{k} {v:.4g}" for k, v in (r.get("constants") or {}).items())
+        top = ", ".join(f"{t['plan']} ({t['step_time_s']:.3g} s)"
+                        for t in (r.get("predicted_top") or [])[:3])
+        best = r.get("best_measured") or {}
+        lines.append(f"| {r['round']} | {r.get('runs_used', '')} | "
+                     f"{_md(', '.join(r.get('planned_labels') or []))} | "
+                     f"{_md(constants) or 'shipped'} | {_md(top)} | "
+                     f"{_md(best.get('plan', '-'))}"
+                     + (f" ({best['step_time_s']:.4g} s)" if best else "") + " |")
+    lines += ["", f"Stopped: {stopped}." if stopped else "Not finished: run the same command "
+              "again to go on from the store.", ""]
+    return "\n".join(lines)
+
+
 def write_report(out_dir: Path, objective: str | None = None,
                  plots: bool = True) -> tuple[Path, Path, pd.DataFrame]:
     """Write profile_report.csv and profile_report.md into ``out_dir`` (and the
@@ -198,7 +225,9 @@ def write_report(out_dir: Path, objective: str | None = None,
     if plots:
         from autoconfig.reports.plots import profile_plots, safe_plots
         drawn = safe_plots(profile_plots, table, out_dir)
+    from autoconfig.profiling.rounds import load_rounds
     md_path.write_text(render_markdown(table, meta, objective)
+                       + render_rounds(load_rounds(out_dir))
                        + "".join(f"\n![{p.stem}]({p.name})\n" for p in drawn))
     return csv_path, md_path, table
 

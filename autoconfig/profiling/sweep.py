@@ -27,6 +27,8 @@ from autoconfig.profiling.report import CPU_NOTE, write_report
 from autoconfig.profiling.select import DEFAULT_TOP_K, select_plans
 
 PROFILE_SUBDIR = store.PROFILE_SUBDIR
+CALIBRATION_FILE = "calibration.yaml"
+"""Written beside the results by a round-based run: the constants it ended with."""
 WORKER_MODULES = {"torch": "torch", "megatron.core": "megatron-core"}
 """What the profiling worker imports (module -> distribution), on every device."""
 INSTALL_HINT = ("pip install 'autoconfig[profile]' (CPU only: pip install torch==2.13.0 "
@@ -34,7 +36,7 @@ INSTALL_HINT = ("pip install 'autoconfig[profile]' (CPU only: pip install torch=
 
 
 SWEEP_FLAGS = ("profile", "top_k", "max_steps", "warmup_steps", "dry_run", "resume",
-               "profile_objective", "retry")
+               "profile_objective", "retry", "max_runs", "tolerance")
 LAUNCH_FLAGS = ("device", "executor", "max_minutes", "max_parallel", "time_limit")
 
 
@@ -54,6 +56,11 @@ class ProfileOptions:
     profile_objective: str = "throughput"
     retry: tuple[str, ...] = ()
     """Final statuses to run again (``store.RETRY_CHOICES``; ``failed``: all but ok)."""
+    max_runs: int | None = None
+    """Profile in rounds (``rounds``) with at most this many runs; None: one round of top_k."""
+    tolerance: float = 0.02
+    """Rounds stop when the measured best is within this fraction of every unmeasured
+    plan's calibrated prediction."""
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_steps"):
@@ -61,6 +68,11 @@ class ProfileOptions:
                 raise InputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
         if self.warmup_steps < 0:
             raise InputError(f"invalid --warmup-steps {self.warmup_steps}: must be >= 0")
+        if self.max_runs is not None and self.max_runs < 1:
+            raise InputError(f"invalid --max-runs {self.max_runs}: must be >= 1")
+        if not (0.0 <= self.tolerance < 1.0):
+            raise InputError(f"invalid --tolerance {self.tolerance}: must be from 0 to below 1 "
+                             "(a fraction: 0.02 is 2%)")
         retry = tuple(self.retry or ())
         object.__setattr__(self, "retry", retry)
         for value in retry:
@@ -126,7 +138,8 @@ def ranked_from_search(result) -> list[RankedPlan]:
 
 
 def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, options: ProfileOptions,
-                  out_dir: Path, echo=click.echo, software=None) -> Path | None:
+                  out_dir: Path, echo=click.echo, software=None, stack: str | None = None
+                  ) -> Path | None:
     """Select, launch, store and report. Returns the results directory (None on
     --dry-run). The caller has run ``check_options`` (before its search); bad
     input raises before anything is written. Raises ProfilingError when no
@@ -160,7 +173,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
         pending = set(store.pending_plans(results_dir, selected, options.retry))
         todo = [item for item in items if item.plan in pending]
         skipped = len(items) - len(todo)
-        meta = _meta(model, workload, cluster, options, specs)
+        meta = _meta(model, workload, cluster, options, specs, software, stack)
         table = _plans_table(ranked, selected, results_dir)
 
         def submitted() -> None:
@@ -174,13 +187,73 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
                         " (--retry failed|oom|error|timeout|cancelled runs failed plans again)"),
                      err=True)
 
-        launch.launch(todo, lopts, results_dir, on_submitted=submitted)
+        if options.max_runs:
+            selected = _in_rounds(ranked, (model, workload, cluster, software), options, lopts,
+                                  results_dir, meta, echo)
+        else:
+            launch.launch(todo, lopts, results_dir, on_submitted=submitted)
         csv_path, md_path, report = write_report(results_dir, options.profile_objective)
     echo(md_path.read_text())
     echo(f"profiling results: {results_dir} (report: {md_path.name}, {csv_path.name}; "
          f"rebuild with `autoconfig report {results_dir}`)")
     _check_any_succeeded(report, selected, options, results_dir)
     return results_dir
+
+
+def _in_rounds(ranked, setting, options: ProfileOptions, lopts, results_dir: Path, meta: dict,
+               echo) -> list[Plan]:
+    """Profile in rounds (``rounds``) until the best is proven or --max-runs is
+    spent; the plans profiled. The calibration the last round ranked with is
+    written beside the results (GPU measurements only)."""
+    from autoconfig.profiling import calibrate, rounds
+    from autoconfig.training.stack import SoftwareFeatures
+
+    model, workload, cluster, software = setting
+    setting = (model, workload, cluster, software or SoftwareFeatures())
+    candidates = list(dict.fromkeys(r.plan for r in ranked))
+    shipped = rounds.predictions(setting, candidates, None)
+    cpu = options.device == "cpu"
+    number = sum(1 for r in rounds.load_rounds(results_dir) if r.get("planned"))
+    profiled: list[Plan] = []
+    while True:
+        st = rounds.state(results_dir, candidates)
+        fitted = None
+        if st.measured_s and not cpu:
+            fitted = calibrate.calibrate(calibrate.measured_runs([results_dir]))
+        predicted = (rounds.predictions(setting, candidates, fitted.constants())
+                     if fitted is not None else shipped)
+        budget_left = options.max_runs - len(st.finals)
+        planned = rounds.unfinished_round(results_dir, st)[:max(budget_left, 0)]
+        if not planned:
+            # "proven" only once a round chosen by calibrated predictions was measured
+            reason = rounds.stop_reason(candidates, predicted, st, budget_left,
+                                        options.tolerance, fitted is not None and number >= 2)
+            if reason:
+                rounds.append_round(results_dir, rounds.summary(
+                    number, [], st, fitted, predicted, candidates, reason))
+                if fitted is not None:
+                    calibrate.write_calibration(results_dir / CALIBRATION_FILE, fitted)
+                echo(f"[profile] stopped after {len(st.finals)} run(s): {reason}", err=True)
+                return profiled or list(st.finals)
+            number += 1
+            planned = rounds.next_plans(candidates, predicted, st,
+                                        min(options.top_k, budget_left), first=number == 1)
+            rounds.append_round(results_dir, rounds.summary(number, planned, st, fitted,
+                                                            predicted, candidates))
+        profiled += planned
+        best = min(st.measured_s.items(), key=lambda kv: kv[1]) if st.measured_s else None
+        echo(f"[profile] round {number}: {len(planned)} plan(s), {len(st.finals)} of "
+             f"{options.max_runs} runs used"
+             + (f", best measured {plan_label(best[0])} {best[1]:.4g} s" if best else ""),
+             err=True)
+        table = _plans_table(ranked, list(dict.fromkeys(profiled)), results_dir)
+        specs = [_spec(model, workload, plan, options, software) for plan in planned]
+        meta = {**meta, "run_shapes": {**meta.get("run_shapes", {}), **_meta_shapes(specs)}
+                if cpu else {}}
+        items = [launch.JobItem(plan=sp.plan, world_size=sp.plan.num_gpus,
+                                fn=launch.profile_job, args=(sp.to_json(),)) for sp in specs]
+        launch.launch(items, lopts, results_dir,
+                      on_submitted=lambda: store.write_plans(results_dir, table, meta))
 
 
 def check_options(options: ProfileOptions) -> None:
@@ -194,8 +267,9 @@ def check_options(options: ProfileOptions) -> None:
 def check_worker(launch_options: launch.LaunchOptions, dry_run: bool) -> None:
     """The executor can run jobs on the device here and, unless nothing is to run,
     this Python can import the worker's modules (training and inference alike)."""
-    executors.get(launch_options.executor).check_environment(launch_options)
-    if dry_run:
+    executor = executors.get(launch_options.executor)
+    executor.check_environment(launch_options)
+    if dry_run or not executor.needs_worker:
         return
     missing = [dist for module, dist in WORKER_MODULES.items() if not _importable(module)]
     if missing:
@@ -276,8 +350,10 @@ def _plans_table(ranked: Sequence[RankedPlan], selected: Sequence[Plan], results
     return pd.DataFrame(rows)
 
 
-def _meta(model, workload, cluster, options, specs) -> dict:
+def _meta(model, workload, cluster, options, specs, software=None, stack=None) -> dict:
     return {
+        # what ``autoconfig calibrate`` needs to predict each measured plan again
+        "stack": stack, "software": dataclasses.asdict(software) if software else None,
         "model_name": model.name, "model": dataclasses.asdict(model),
         "workload": dataclasses.asdict(workload),
         "cluster": {"gpu": cluster.gpu.name, "nodes": cluster.nodes,
@@ -285,11 +361,16 @@ def _meta(model, workload, cluster, options, specs) -> dict:
         "device": options.device, "executor": options.executor,
         "objective": options.profile_objective, "top_k": options.top_k,
         "proxy_model_name": specs[0].model.name if options.device == "cpu" and specs else None,
-        "run_shapes": {json.dumps(s.plan.to_dict(), sort_keys=True): dataclasses.asdict(s.model)
-                       for s in specs} if options.device == "cpu" else {},
+        "run_shapes": _meta_shapes(specs) if options.device == "cpu" else {},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "argv": sys.argv,
     }
+
+
+def _meta_shapes(specs) -> dict:
+    """Plan (JSON) -> the proxy model shape that ran it (CPU runs)."""
+    return {json.dumps(s.plan.to_dict(), sort_keys=True): dataclasses.asdict(s.model)
+            for s in specs}
 
 
 def _finite(value: float) -> float | None:

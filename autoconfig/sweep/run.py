@@ -176,7 +176,7 @@ def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path, retry_pla
         results_dir = run_profiling(ranked_from_search(result), result.model, result.workload,
                                     result.cluster, options, where,
                                     echo=lambda text="", err=False: lines.append(str(text)),
-                                    software=result.software)
+                                    software=result.software, stack=result.stack)
     except ProfilingError:   # no plan ran ok: the table below says why
         results_dir = where / PROFILE_SUBDIR
     table = build_table(results_dir, options.profile_objective)

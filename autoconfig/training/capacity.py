@@ -56,8 +56,8 @@ def train_days(tokens: float, tokens_per_s: float) -> float:
 
 def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_per_node: int,
               tokens: float, choices: AxisChoices = AxisChoices(), *,
-              software: SoftwareFeatures | None = None, stack: str | None = None
-              ) -> CapacityCell:
+              software: SoftwareFeatures | None = None, stack: str | None = None,
+              constants=None) -> CapacityCell:
     """Search one cluster and price the token budget on its best plan."""
     gpus = nodes * gpus_per_node
     common = dict(gpu=gpu.name, nodes=nodes, gpus=gpus, precision=workload.precision)
@@ -66,7 +66,7 @@ def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_p
     try:
         result = search(model, workload, Cluster(gpu=gpu, nodes=nodes,
                                                  gpus_per_node=gpus_per_node), choices,
-                        software=software, stack=stack)
+                        software=software, stack=stack, constants=constants)
     except AutoconfigError as exc:
         return CapacityCell(status="infeasible", reason=str(exc), **common)
     best = result.table.iloc[0]
@@ -83,8 +83,10 @@ def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
                   gpus_per_node: int | None = None,
                   choices: AxisChoices = AxisChoices(), *,
                   software: SoftwareFeatures | None = None,
-                  stack: str | None = None) -> list[CapacityCell]:
-    """Every (GPU, nodes) cell, in the order given."""
+                  stack: str | None = None, constants: dict | None = None
+                  ) -> list[CapacityCell]:
+    """Every (GPU, nodes) cell, in the order given; ``constants``: GPU name ->
+    calibrated PerfConstants (others use the shipped ones)."""
     if not gpus or not node_counts:
         raise InputError("capacity needs at least one --gpu and one --nodes value")
     bad = [n for n in node_counts if n < 1]
@@ -95,5 +97,6 @@ def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
     if tokens <= 0:
         raise InputError(f"invalid --tokens {tokens:g}: must be greater than zero")
     return [plan_cell(model, workload, gpu, nodes, gpus_per_node or gpu.gpus_per_node,
-                      tokens, choices, software=software, stack=stack)
+                      tokens, choices, software=software, stack=stack,
+                      constants=(constants or {}).get(gpu.name))
             for gpu in gpus for nodes in node_counts]

@@ -11,7 +11,7 @@ from autoconfig.training.stack import SoftwareFeatures, check_runnable, grad_red
 
 
 def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
-                  stack: str = "", recipe: str | None = None) -> dict:
+                  stack: str = "", recipe: str | None = None, constants=None) -> dict:
     """Predictions for one plan as a JSON-ready dict: step time and rates, the
     memory of the most loaded stage and of each of the first, middle and last
     (tensors alone as torch's max_memory_allocated counts them, and on the
@@ -19,7 +19,7 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
     check_plan(model, workload, cluster, plan)
     check_runnable(plan, software, stack or "given")
     table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]), software,
-                          recipe)
+                          recipe, constants)
     row = table.iloc[0]
     return {
         "model": model.name, "gpu": cluster.gpu.name, "gpus": cluster.num_gpus,

@@ -58,6 +58,8 @@ class SearchResult:
     launch outputs set exactly these."""
     stack: str
     """Name of the stack the features came from."""
+    constants: object = None
+    """The calibrated PerfConstants the predictions used (None: the shipped ones)."""
 
     @property
     def feasible(self) -> int:
@@ -75,16 +77,19 @@ class SearchResult:
 def search_inputs(inputs) -> SearchResult:
     """The search for resolved ``autoconfig.training.inputs.SearchInputs``."""
     return search(inputs.model, inputs.workload, inputs.cluster, inputs.choices,
-                  inputs.objective, software=inputs.software, stack=inputs.stack.name)
+                  inputs.objective, software=inputs.software, stack=inputs.stack.name,
+                  constants=inputs.constants)
 
 
 def search(model: ModelSpec, workload: Workload, cluster: Cluster,
            choices: AxisChoices = AxisChoices(), objective: str = "throughput", *,
-           software: SoftwareFeatures | None = None, stack: str | None = None) -> SearchResult:
+           software: SoftwareFeatures | None = None, stack: str | None = None,
+           constants: perf.PerfConstants | None = None) -> SearchResult:
     """Enumerate -> memory -> prune (with reasons) -> step time -> rank.
 
     ``software`` (default: the features of ``stack``, itself default
-    ``DEFAULT_STACK``) is what the memory and step-time models assume."""
+    ``DEFAULT_STACK``) is what the memory and step-time models assume;
+    ``constants`` (default: heuristics/perf.yaml) a calibration's."""
     stack = stack or DEFAULT_STACK
     software = software or load_stack(stack).features
     choices = runnable_choices(choices, software, stack)
@@ -111,13 +116,15 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
         rejected[R_MEMORY] = len(space.plans) - int(fit.sum())
     plans = candidates.take(fit)
     mem = _take(mem, fit)
-    times = perf.step_time(model, workload, plans, cluster, software=software)
+    times = perf.step_time(model, workload, plans, cluster, software=software,
+                           constants=constants)
     order = _rank(plans, mem, times, objective)
     plans = plans.take(order)
     table = _table(plans, workload, _take(mem, order), _take(times, order))
     return SearchResult(model=model, workload=workload, cluster=cluster, objective=objective,
                         plans=plans, table=table, rejected=rejected,
-                        considered=space.considered, software=software, stack=stack)
+                        considered=space.considered, software=software, stack=stack,
+                        constants=constants)
 
 
 def runnable_choices(choices: AxisChoices, software: SoftwareFeatures,
@@ -174,12 +181,14 @@ def runnable_recompute(space: PlanSpace, software: SoftwareFeatures) -> PlanSpac
 
 def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: PlanTable,
              software: SoftwareFeatures | None = None,
-             recipe: str | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+             recipe: str | None = None, constants: perf.PerfConstants | None = None
+             ) -> tuple[pd.DataFrame, np.ndarray]:
     """Predictions for given (valid) plans, unranked: the table and fits."""
     software = software or load_stack(None).features
     mem = memory.memory_breakdown(model, workload, plans, software=software, recipe=recipe)
     fit = np.asarray(memory.fits(mem, cluster.gpu), dtype=bool)
-    times = perf.step_time(model, workload, plans, cluster, software=software)
+    times = perf.step_time(model, workload, plans, cluster, software=software,
+                           constants=constants)
     return _table(plans, workload, mem, times), fit
 
 

@@ -29,19 +29,33 @@ def store_path() -> Path:
     return benchmarks_dir() / "cross_validation.json"
 
 
-def fingerprint() -> str:
-    """sha256 over the inputs of the step-time model and its validation."""
+def _model_files() -> list[Path]:
+    """The step-time model: its code, constants, stacks, GPU and model catalogs."""
+    return [heuristics_dir() / "perf.yaml", *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
+            *sorted((configs_dir() / "gpus").glob("*.yaml")),
+            # rows may name catalog models (the MoE runs)
+            *sorted((configs_dir() / "models").glob("*.yaml")),
+            *(_PACKAGE / name for name in MODEL_SOURCES)]
+
+
+def _digest(files: list[Path]) -> str:
     digest = hashlib.sha256()
-    files = [benchmarks_dir() / "published_runs.csv", benchmarks_dir() / "run_settings.yaml",
-             heuristics_dir() / "perf.yaml", *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
-             *sorted((configs_dir() / "gpus").glob("*.yaml")),
-             # rows may name catalog models (the MoE runs)
-             *sorted((configs_dir() / "models").glob("*.yaml")),
-             *(_PACKAGE / name for name in MODEL_SOURCES)]
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes() if path.is_file() else b"missing")
     return digest.hexdigest()
+
+
+def fingerprint() -> str:
+    """sha256 over the inputs of the step-time model and its validation."""
+    return _digest([benchmarks_dir() / "published_runs.csv",
+                    benchmarks_dir() / "run_settings.yaml", *_model_files()])
+
+
+def model_fingerprint() -> str:
+    """sha256 over the step-time model alone (what a calibration file was fitted
+    to; the published runs are not part of it)."""
+    return _digest(_model_files())
 
 
 def save(cv, spearman_weighted: float, seconds: float) -> Path:

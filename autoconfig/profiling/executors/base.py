@@ -97,6 +97,9 @@ class Executor(ABC):
     (click parameter names) it is built from by ``Options.from_flags(**values)``."""
     STATES: ClassVar[dict[str, str]] = {}
     """Scheduler state (first word, upper case) -> record status; others: error."""
+    needs_worker: ClassVar[bool] = True
+    """Jobs run the profiling worker here or on the cluster (torch, megatron-core);
+    an executor that answers from elsewhere (replay) needs neither."""
 
     def __init__(self, options: LaunchOptions) -> None:
         self.options = options

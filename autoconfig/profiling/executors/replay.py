@@ -1,0 +1,189 @@
+"""The replay executor: each profiling job is answered from a table of measured
+runs (a published topology search, or a user's own earlier measurements)
+instead of being run, through the same interface, store and reports.
+
+The table is a CSV file with plan columns (any of ``autoconfig.core.plan``'s
+PLAN_FIELDS; at least tp, pp and dp) and the measured ``step_time_s``;
+optional ``status`` (default ok), ``tokens_per_s_per_gpu``,
+``peak_memory_bytes`` and ``device`` (default cuda: measured on GPUs). A plan
+matches a row when it equals the row on every plan column the table gives; a
+plan no row matches is recorded as not measurable (status error), never
+guessed.
+"""
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+from autoconfig.core.plan import PLAN_FIELDS, Plan
+from autoconfig.errors import InputError
+from autoconfig.profiling.executors import register
+from autoconfig.profiling.executors.base import Executor, JobItem, Run
+from autoconfig.profiling.spec import STATUSES
+
+NOT_MEASURABLE = "not measurable: no row of the measurements table matches this plan"
+REQUIRED = ("tp", "pp", "dp", "step_time_s")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Settings of the replay executor."""
+
+    FLAGS: ClassVar[tuple[str, ...]] = ("measurements",)
+
+    measurements: str | None = None
+    """The CSV table of measured runs."""
+
+    @classmethod
+    def from_flags(cls, measurements=None) -> "ReplayOptions":
+        return cls(measurements=measurements)
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """A job answered at once: the matched row's record, or why there is none."""
+
+    job_id: str
+    record: dict | None
+
+    num_tasks: int = 1
+
+
+@register
+class ReplayExecutor(Executor):
+    name = "replay"
+    Options = ReplayOptions
+    needs_worker = False
+
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        self._rows: list[dict] | None = None
+
+    def capacity(self) -> int:
+        return 2 ** 31   # nothing runs: any plan the table measured can be answered
+
+    def check_capacity(self, plans: Sequence[Plan]) -> None:
+        """Any plan size: the table answers or says it cannot."""
+
+    def preflight(self) -> None:
+        self.rows()
+
+    def rows(self) -> list[dict]:
+        """The table's rows (InputError naming the file when it is not usable)."""
+        if self._rows is None:
+            self._rows = load_measurements(self.backend.measurements)
+        return self._rows
+
+    def submit(self, runs: list[Run], folder: Path) -> None:
+        for index, run in enumerate(runs):
+            run.job = ReplayJob(job_id=f"replay-{index}", record=self.lookup(run.item))
+
+    def lookup(self, item: JobItem) -> dict | None:
+        plan = item.plan
+        for row in self.rows():
+            if all(getattr(plan, name) == value for name, value in row["plan"].items()):
+                record = {**row["record"], "world_size": item.world_size}
+                if record["step_time_s"] and not record["tokens_per_s_per_gpu"]:
+                    record["tokens_per_s_per_gpu"] = _tokens_rate(item, record["step_time_s"])
+                return record
+        return None
+
+    def outcome(self, job):
+        if job.record is None:
+            return ("error", f"{NOT_MEASURABLE} ({self.backend.measurements})")
+        return ("success", dict(job.record))
+
+    def finished(self, job) -> bool:
+        return True
+
+    def state(self, job) -> str:
+        return "COMPLETED"
+
+    def cancel(self, job) -> None:
+        """Nothing runs."""
+
+    def dry_run(self, items, folder: Path, echo, label) -> None:
+        rows = self.rows()
+        found = sum(self.lookup(item) is not None for item in items)
+        for item in items:
+            echo(f"# replay: {label(item.plan)}: "
+                 f"{'measured' if self.lookup(item) else 'not measurable'}")
+        echo(f"# dry run: {found} of {len(items)} plan(s) in {self.backend.measurements} "
+             f"({len(rows)} rows); nothing replayed")
+
+
+def _tokens_rate(item: JobItem, step_time_s: float) -> float | None:
+    """Tokens/s/GPU of a step time, from the job's ProfileSpec (its global batch
+    and sequence); None when the job is not a profiling job."""
+    from autoconfig.profiling.spec import ProfileSpec
+    try:
+        spec = ProfileSpec.from_json(item.args[0])
+    except (IndexError, TypeError, ValueError, KeyError):
+        return None
+    return spec.workload.tokens_per_step / (item.world_size * step_time_s)
+
+
+def load_measurements(path) -> list[dict]:
+    """[{"plan": {field: value}, "record": {...}}] of a measurements CSV."""
+    from autoconfig.textfile import read_text
+    if not path:
+        raise InputError("--executor replay needs --measurements FILE.csv (plan columns and "
+                         "step_time_s)")
+    text = read_text(Path(path), "measurements file")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in columns]
+    if missing:
+        raise InputError(f"measurements file {path}: missing column(s) {', '.join(missing)}")
+    plan_columns = [c for c in columns if c in PLAN_FIELDS]
+    defaults = Plan(tp=1, pp=1, dp=1)
+    rows = []
+    for number, row in enumerate(reader, start=2):
+        try:
+            plan = {c: _typed(getattr(defaults, c), row[c]) for c in plan_columns
+                    if (row.get(c) or "").strip()}
+            record = _record(row)
+        except ValueError as exc:
+            raise InputError(f"measurements file {path} line {number}: {exc}") from None
+        rows.append({"plan": plan, "record": record})
+    return rows
+
+
+def _typed(default, text: str):
+    text = text.strip()
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"not a true/false value: {text[:40]!r}")
+        return text.lower() in ("true", "1", "yes")
+    if isinstance(default, int):
+        return int(text)
+    return text
+
+
+def _record(row: dict) -> dict:
+    status = (row.get("status") or "ok").strip()
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status[:40]!r}: allowed are {', '.join(STATUSES)}")
+    step = _positive(row.get("step_time_s"), "step_time_s") if status == "ok" else None
+    if status == "ok" and step is None:
+        raise ValueError("an ok row needs step_time_s")
+    record = {"status": status, "device": (row.get("device") or "cuda").strip(),
+              "step_time_s": step, "iteration_times_s": [step] if step else [],
+              "tokens_per_s_per_gpu": _positive(row.get("tokens_per_s_per_gpu"),
+                                                "tokens_per_s_per_gpu"),
+              "peak_memory_bytes": _positive(row.get("peak_memory_bytes"), "peak_memory_bytes"),
+              "losses": [], "error": "" if status == "ok" else f"replayed {status}",
+              "run_notes": "replayed from a measurements table"}
+    return record
+
+
+def _positive(text, name: str) -> float | None:
+    if text is None or not str(text).strip():
+        return None
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} {str(text)[:40]} is not a positive number")
+    return value

@@ -1,0 +1,222 @@
+"""Calibration from measurements (issue 18): the replay executor answers
+profiling jobs from a table, ``calibrate`` refits the constants on what was
+measured, and ``--calibration`` makes estimate/search/capacity predict exactly
+what the fitted constants say; a file for another GPU, from the CPU proxy or
+for another model version is refused in one line."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.core.plan import PLAN_FIELDS, Plan, PlanTable, Workload
+from autoconfig.profiling import calibrate, store
+from autoconfig.training.step_time import load_constants, step_time
+from autoconfig.training.stack import load_stack
+from autoconfig.validation.calibration import with_values
+from tests.cli_runner import run_cli
+
+SETTING = ["--model", "llama3-8b", "--gpu", "h100", "--gbs", "64", "--seq-len", "2048"]
+SLOWER = 1.25
+"""The replayed cluster runs every plan this much slower than predicted (+-3% noise)."""
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """A replayed profiling search: a table measuring every plan of the grid."""
+    root = tmp_path_factory.mktemp("replay")
+    code, _, err = _cli([*SETTING, "--nodes", "1", "--no-plots", "-o", str(root / "grid")])
+    assert code == 0, err
+    grid = pd.read_csv(root / "grid" / "plans.csv")
+    table = grid[[c for c in PLAN_FIELDS if c in grid.columns]].copy()
+    table["recompute_modules"] = table["recompute_modules"].astype(str).replace("nan", "")
+    noise = np.random.default_rng(7).uniform(0.97, 1.03, len(grid))
+    table["step_time_s"] = grid["step_time_s"] * SLOWER * noise
+    table.head(60).to_csv(root / "measured.csv", index=False)   # the rest: not measurable
+    code, out, err = _cli([*SETTING, "--nodes", "1", "--no-plots", "-o", str(root / "run"),
+                           "--profile", "--executor", "replay", "--measurements",
+                           str(root / "measured.csv"), "--top-k", "6"])
+    assert code == 0, err
+    return root
+
+
+def _cli(args):
+    import contextlib
+    import io
+    from autoconfig.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(["search", *args] if args[0].startswith("--") else args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_replay_answers_from_the_table_and_says_what_it_cannot(profiled):
+    records = store.latest_records(profiled / "run" / "profile")
+    statuses = {r["status"] for r in records}
+    assert "ok" in statuses
+    for r in records:
+        if r["status"] == "ok":
+            assert r["device"] == "cuda" and r["tokens_per_s_per_gpu"] > 0
+        else:
+            assert r["status"] == "error" and "not measurable" in r["error"]
+
+
+def test_calibrate_moves_the_constants_towards_the_measurements(profiled, capsys):
+    out = profiled / "cal.yaml"
+    code, text, err = run_cli(["calibrate", str(profiled / "run"), "-o", str(out)], capsys)
+    assert code == 0, err
+    cal = calibrate.read_calibration(out)
+    assert cal.gpu == "h100-80gb" and cal.device == "cuda" and cal.records
+    # the cluster is 25% slower than predicted: the GEMM efficiency drops, the error shrinks
+    key = ("gemm_efficiency_max", "hopper")
+    assert cal.values[key] < cal.defaults[key]
+    assert cal.after_pct < cal.before_pct / 2
+    assert "calibrated" in text and str(out) in text
+
+
+def test_estimate_with_a_calibration_predicts_what_the_constants_say(profiled, capsys):
+    path = profiled / "cal-estimate.yaml"
+    assert run_cli(["calibrate", str(profiled / "run" / "profile"), "-o", str(path)],
+                   capsys)[0] == 0
+    args = ["estimate", *SETTING, "--gpus", "8", "--tp", "2", "--mbs", "4", "--sp",
+            "--distributed-optimizer", "--format", "json"]
+    code, plain, _ = run_cli(args, capsys)
+    code2, calibrated, _ = run_cli([*args, "--calibration", str(path)], capsys)
+    assert code == code2 == 0
+    plain, calibrated = json.loads(plain), json.loads(calibrated)
+    constants = with_values(load_constants(), calibrate.read_calibration(path).values)
+    plan = Plan(tp=2, pp=1, dp=4, sp=True, mbs=4, distributed_optimizer=True)
+    expected = step_time(get_model("llama3-8b"), Workload(64, 2048), PlanTable.from_plans([plan]),
+                         Cluster(get_gpu("h100"), 1, 8), constants=constants,
+                         software=load_stack("megatron-lm").features).step_time_s[0]
+    assert calibrated["step_time_s"] == pytest.approx(float(expected), rel=1e-12)
+    assert calibrated["step_time_s"] > plain["step_time_s"]
+    assert "calibrated by" in calibrated["calibration"]
+    # search and capacity say they used it
+    code, text, _ = run_cli(["search", *SETTING, "--nodes", "1", "--no-plots", "-o",
+                             str(profiled / "s"), "--calibration", str(path)], capsys)
+    assert code == 0 and "calibrated by" in text
+    code, text, _ = run_cli(["capacity", "--model", "llama3-8b", "--gpu", "h100,a100-80gb",
+                             "--nodes", "1", "--no-plots", "-o", str(profiled / "c"),
+                             "--calibration", str(path)], capsys)
+    assert code == 0 and "calibrated by" in text
+
+
+def _variant(profiled, tmp_path, **changes) -> Path:
+    source = profiled / "cal-variant.yaml"
+    if not source.exists():
+        calibrate.write_calibration(source, calibrate.calibrate(
+            calibrate.measured_runs([profiled / "run" / "profile"])))
+    data = yaml.safe_load(source.read_text())
+    data.update(changes)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"device": "cpu"}, "CPU-proxy measurements"),
+    ({"gpu": "a100-80gb"}, "fitted on a100-80gb, not h100-80gb"),
+    ({"model_fingerprint": "0" * 64}, "another version of the model"),
+    ({"kind": "something"}, "invalid calibration file"),
+])
+def test_a_calibration_that_does_not_apply_is_refused_in_one_line(profiled, tmp_path, capsys,
+                                                                  changes, message):
+    path = _variant(profiled, tmp_path, **changes)
+    code, _, err = run_cli(["estimate", *SETTING, "--gpus", "8", "--calibration", str(path)],
+                           capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_cpu_proxy_records_calibrate_nothing_on_gpus(tmp_path):
+    """A store whose records ran on the CPU proxy gives a cpu calibration."""
+    folder = tmp_path / "profile"
+    model, workload = get_model("tiny"), Workload(8, 128)
+    plan = Plan(tp=1, pp=1, dp=1)
+    store.write_plans(folder, pd.DataFrame([plan.to_dict()]), {
+        "model": dataclasses.asdict(model), "workload": dataclasses.asdict(workload),
+        "cluster": {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 1}, "device": "cpu"})
+    store.append_record(folder, {**plan.to_dict(), "status": "ok", "device": "cpu",
+                                 "step_time_s": 0.5, "iteration_times_s": [0.5]})
+    cal = calibrate.calibrate(calibrate.measured_runs([folder]))
+    assert cal.device == "cpu"
+    path = calibrate.write_calibration(tmp_path / "cpu.yaml", cal)
+    with pytest.raises(Exception, match="CPU-proxy"):
+        calibrate.constants_for(path, "h100-80gb")
+
+
+# ---------------------------------------------------------------- rounds
+
+
+@pytest.fixture(scope="module")
+def skewed(profiled):
+    """A table of every plan in which TP costs more than the model thinks."""
+    grid = pd.read_csv(profiled / "grid" / "plans.csv")
+    table = grid[[c for c in PLAN_FIELDS if c in grid.columns]].copy()
+    table["recompute_modules"] = table["recompute_modules"].astype(str).replace("nan", "")
+    noise = np.random.default_rng(11).uniform(0.98, 1.02, len(grid))
+    table["step_time_s"] = grid["step_time_s"] * (1.1 + 0.05 * np.log2(grid["tp"])) * noise
+    path = profiled / "skewed.csv"
+    table.to_csv(path, index=False)
+    return path, float(table["step_time_s"].min())
+
+
+def _rounds(out, measurements, max_runs, *extra):
+    return _cli([*SETTING, "--nodes", "1", "--no-plots", "-o", str(out), "--profile",
+                 "--executor", "replay", "--measurements", str(measurements), "--top-k", "3",
+                 "--max-runs", str(max_runs), *extra])
+
+
+def test_rounds_find_the_measured_best_within_the_budget(profiled, skewed, tmp_path):
+    from autoconfig.profiling.rounds import load_rounds
+    table, true_best = skewed
+    code, out, err = _rounds(tmp_path / "r", table, 8)
+    assert code == 0, err
+    results = tmp_path / "r" / "profile"
+    latest = store.load_results(results)
+    assert len(latest) <= 8
+    assert latest["step_time_s"].min() <= true_best * 1.02
+    rounds = load_rounds(results)
+    assert rounds[0]["constants"] == {}                       # round 1 ranks with shipped
+    assert any(r["constants"] for r in rounds if r.get("planned"))  # later rounds calibrated
+    assert rounds[-1]["stopped"] and "[profile] round 2" in err
+    assert (results / "calibration.yaml").is_file()
+    assert "## Rounds" in (results / "profile_report.md").read_text()
+
+
+def test_rounds_resume_where_a_killed_loop_stopped(profiled, skewed, tmp_path, monkeypatch):
+    from autoconfig.profiling import launch as launch_module
+    from autoconfig.profiling.rounds import load_rounds
+    table, _ = skewed
+    real, calls = launch_module.launch, []
+
+    def killed_in_round_2(items, *args, **kw):
+        calls.append([i.plan for i in items])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(items, *args, **kw)
+    monkeypatch.setattr(launch_module, "launch", killed_in_round_2)
+    code, _, _ = _rounds(tmp_path / "r", table, 8)
+    assert code == 130
+    results = tmp_path / "r" / "profile"
+    before = store.load_records(results)
+    planned = [store.plan_from_record(p) for p in load_rounds(results)[-1]["planned"]]
+    assert len(before) == 3 and planned == calls[1]
+    monkeypatch.setattr(launch_module, "launch", real)
+    code, _, err = _rounds(tmp_path / "r", table, 8)
+    assert code == 0, err
+    after = store.load_records(results)
+    assert after[:3] == before                                 # nothing lost
+    plans = [store.plan_from_record(r) for r in after]
+    assert len(plans) == len(set(plans))                      # nothing measured twice
+    assert set(planned) <= set(plans[3:6])                    # the killed round first
