@@ -192,6 +192,12 @@ def test_rounds_find_the_measured_best_within_the_budget(profiled, skewed, tmp_p
     assert rounds[-1]["stopped"] and "[profile] round 2" in err
     assert (results / "calibration.yaml").is_file()
     assert "## Rounds" in (results / "profile_report.md").read_text()
+    # the launch files are for the measured winner
+    winner = store.plan_from_record(latest.sort_values("step_time_s").iloc[0].to_dict())
+    args = (tmp_path / "r" / "megatron_args.sh").read_text()
+    assert f"--tensor-model-parallel-size {winner.tp}\n" in args
+    assert f"--micro-batch-size {winner.mbs}\n" in args
+    assert ("--sequence-parallel" in args) == winner.sp
 
 
 def test_rounds_resume_where_a_killed_loop_stopped(profiled, skewed, tmp_path, monkeypatch):
@@ -220,3 +226,33 @@ def test_rounds_resume_where_a_killed_loop_stopped(profiled, skewed, tmp_path, m
     plans = [store.plan_from_record(r) for r in after]
     assert len(plans) == len(set(plans))                      # nothing measured twice
     assert set(planned) <= set(plans[3:6])                    # the killed round first
+
+
+def test_a_sweep_uses_the_calibration_on_its_gpu_only(profiled, tmp_path, capsys):
+    from autoconfig.sweep.run import run_sweep
+    from autoconfig.sweep.spec import parse_sweep
+    path = profiled / "cal-sweep.yaml"
+    calibrate.write_calibration(path, calibrate.calibrate(
+        calibrate.measured_runs([profiled / "run" / "profile"])))
+    spec = parse_sweep({"name": "c", "matrix": {"model": [{"model": "llama3-8b"}],
+                                                "gpu": ["h100", "a100-80gb"], "nodes": [1],
+                                                "gbs": [64], "seq_len": [2048]}})
+    calibrated, plain = run_sweep(spec, tmp_path / "cal", calibration=path)
+    shipped = run_sweep(spec, tmp_path / "plain")
+    assert calibrated["calibration"] == str(path) and "calibration" not in plain
+    assert (calibrated["best"]["predicted"]["step_time_s"]
+            > shipped[0]["best"]["predicted"]["step_time_s"])
+    assert plain["best"] == shipped[1]["best"]
+
+
+def test_infer_takes_the_calibration(profiled, tmp_path, capsys):
+    path = profiled / "cal-infer.yaml"
+    calibrate.write_calibration(path, calibrate.calibrate(
+        calibrate.measured_runs([profiled / "run" / "profile"])))
+    args = ["infer", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--input-len",
+            "1024", "--output-len", "128", "--no-plots", "--format", "json", "-o"]
+    code, plain, _ = run_cli([*args, str(tmp_path / "a")], capsys)
+    code2, calibrated, err = run_cli([*args, str(tmp_path / "b"), "--calibration", str(path)],
+                                     capsys)
+    assert code == code2 == 0 and "calibrated by" in err
+    assert plain != calibrated

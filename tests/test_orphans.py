@@ -199,3 +199,46 @@ def test_a_full_disk_mid_sweep_leaves_no_job_running(tmp_path, monkeypatch):
     assert {r["status"] for r in store.load_records(tmp_path)} == {"cancelled"}
     assert store.pending_plans(tmp_path, PLANS[:2]) == PLANS[:2]
     assert not (tmp_path / ownership.JOBS_FILE).exists()
+
+
+ROUNDS = ["-m", "autoconfig", "search", "--model", "tiny", "--gpus-per-node", "2", "--nodes", "1",
+          "--device", "cpu", "--profile", "--top-k", "2", "--max-runs", "6", "--max-steps", "1",
+          "--warmup-steps", "1", "--max-parallel", "2", "--no-plots"]
+
+
+@pytest.mark.parametrize("name", ["local", "slurm"])
+def test_a_round_based_search_killed_mid_round_resumes_losing_and_repeating_nothing(
+        request, tmp_path, name):
+    """CPU profiling in rounds (--max-runs 6, 2 per round), kill -9 while round 2
+    runs, then the same command again: it adopts or re-runs what round 2 left and
+    goes on to round 3; every plan is recorded once."""
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    from autoconfig.profiling.rounds import load_rounds
+    executor = _executor(request, name)
+    out = tmp_path / "out"
+    results = out / "profile"
+    command = [sys.executable, *ROUNDS, "--executor", executor, "-o", str(out)]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None:
+        planned = [r for r in load_rounds(results) if r.get("planned")]
+        if len(planned) == 2 and ownership.load(results):
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, "the search ended before round 2 could be interrupted"
+    first.kill()
+    first.wait(30)
+    before = store.load_records(results)
+    assert len(before) == 2
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = store.load_records(results)
+    assert after[:2] == before                                        # nothing lost
+    plans = [store.plan_from_record(r) for r in after]
+    assert len(after) == 6 and len(set(plans)) == 6                   # nothing repeated
+    assert {r["status"] for r in after} == {"ok"}
+    numbers = [r["round"] for r in load_rounds(results) if r.get("planned")]
+    assert numbers == [1, 2, 3]
+    assert "run budget spent" in load_rounds(results)[-1]["stopped"]
+    assert not (results / ownership.JOBS_FILE).exists()

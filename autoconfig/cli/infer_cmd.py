@@ -79,6 +79,9 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--partition", help="SLURM partition.")
 @click.option("--account", help="SLURM account.")
 @click.option("--dry-run", is_flag=True, help="With --profile: print the jobs, run nothing.")
+@click.option("--calibration", type=click.Path(dir_okay=False),
+              help="Calibration file from `autoconfig calibrate` (GEMM, traffic and link "
+                   "constants refitted on this GPU's measurements).")
 @click.option("--retry", multiple=True, type=click.Choice(RETRY_CHOICES),
               help="With --profile: run again layouts whose final record has this status "
                    "(repeatable; failed: every status but ok).")
@@ -86,7 +89,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           gpus_per_node, input_len, output_len, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
-          dry_run, retry) -> None:
+          dry_run, calibration, retry) -> None:
     """Rank inference layouts (TP, PP, batch, replicas) by predicted throughput or
     latency: TTFT, TPOT, request latency, tokens/s and requests/s per GPU, per
     replica and in total, memory per GPU, and the throughput-latency Pareto front.
@@ -121,7 +124,11 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
                                       partition=partition, account=account, dry_run=dry_run,
                                       retry=tuple(retry))
         check(options)
-    result = search(spec, workload, cluster, objective, limits, max_batch)
+    from autoconfig.profiling.calibrate import constants_for
+    constants, note = constants_for(calibration, cluster.gpu.name)
+    result = search(spec, workload, cluster, objective, limits, max_batch, constants)
+    if note:
+        click.echo(note, err=True)
     out = Path(output_dir) if output_dir else (
         Path("autoconfig-out") / f"{spec.name}-{cluster.gpu.name}-infer")
     files = report.write_report(result, out, top, plots=plots)

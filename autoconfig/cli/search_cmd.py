@@ -7,6 +7,7 @@ with ``autoconfig estimate``.
 """
 
 import json
+from pathlib import Path
 
 import click
 from tabulate import tabulate
@@ -116,9 +117,38 @@ def search(**options) -> None:
         if inputs.calibration_note:
             click.echo(inputs.calibration_note)
     if profiling.profile:  # a Plan per candidate costs seconds on a 200,000-plan MoE grid
-        run_profiling(ranked_from_search(result), result.model, result.workload, result.cluster,
-                      profiling, inputs.output_dir, software=result.software,
-                      stack=result.stack)
+        results_dir = run_profiling(ranked_from_search(result), result.model, result.workload,
+                                    result.cluster, profiling, inputs.output_dir,
+                                    software=result.software, stack=result.stack)
+        if results_dir is not None:
+            _launch_measured_winner(result, results_dir, profiling, inputs.output_dir,
+                                    dict(base=_base_config(options.get("base")),
+                                         base_path=options.get("base"), slurm=slurm))
+
+
+def _launch_measured_winner(result, results_dir, profiling, out_dir, launch_kw) -> None:
+    """Rewrite the launch files for the measured winner when it is not the predicted
+    best. GPU measurements only: the CPU proxy ranks plans but does not measure GPUs."""
+    from autoconfig.launch.files import launch_texts
+    from autoconfig.launch.spec import launch_spec
+    from autoconfig.atomic import write_atomic
+    from autoconfig.profiling import store
+    from autoconfig.profiling.report import build_table
+    table = build_table(results_dir, profiling.profile_objective)
+    ok = table[(table["status"] == "ok") & (table["device"] != "cpu")] if len(table) else table
+    if not len(ok):
+        return
+    winner = store.plan_from_record(ok.iloc[0].to_dict())
+    if winner == result.best:
+        return
+    spec = launch_spec(result.model, result.workload, winner, result.cluster,
+                       software=result.software, stack=result.stack, **launch_kw)
+    written = [write_atomic(Path(out_dir) / name, text)
+               for name, text in launch_texts(spec).values()]
+    if written:
+        click.echo(f"launch files rewritten for the measured winner {ok.iloc[0]['plan']} "
+                   f"(predicted rank {int(ok.iloc[0]['predicted_rank'])}): "
+                   + ", ".join(p.name for p in written))
 
 
 def _base_config(base: str | None):

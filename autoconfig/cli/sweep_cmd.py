@@ -23,8 +23,11 @@ EXIT_ALL_FAILED = 1
 @click.option("--retry", multiple=True, type=click.Choice(("failed", "profile_failed", "error")),
               help="Run again settings whose record has this status (repeatable; failed: "
                    "profile_failed and error); a profiled one also re-runs its failed plans.")
+@click.option("--calibration", type=click.Path(dir_okay=False),
+              help="Calibration file from `autoconfig calibrate`: used for the settings on the "
+                   "GPU it was fitted on (their records say so), shipped constants elsewhere.")
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
-def sweep(sweep_file, output_dir, resume_dir, retry, no_plots) -> None:
+def sweep(sweep_file, output_dir, resume_dir, retry, calibration, no_plots) -> None:
     """Run every setting of SWEEP_FILE (models x GPUs x nodes x batch x sequence x
     precision x stack x objective; predict-only or profiled) and write
     manifest.json, settings/*.json (one per setting, as it finishes), sweep.csv,
@@ -46,7 +49,12 @@ def sweep(sweep_file, output_dir, resume_dir, retry, no_plots) -> None:
                time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     started = time.monotonic()
     with Progress(len(spec.settings), f"sweep {spec.name}") as bar:
-        records = run_sweep(spec, out, Path(sweep_file), progress=bar, retry=retry)
+        if calibration:
+            from autoconfig.profiling.calibrate import constants_for, read_calibration
+            # a file that cannot apply is one line before anything runs
+            constants_for(calibration, read_calibration(calibration).gpu)
+        records = run_sweep(spec, out, Path(sweep_file), progress=bar, retry=retry,
+                            calibration=calibration)
     files = write_summary(out, records, spec.name, spec.tokens, plots=not no_plots)
     ok = sum(r["status"] == "ok" for r in records)
     click.echo(files["markdown"].read_text())

@@ -102,9 +102,10 @@ def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int) -> Infer
 
 
 def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-            cluster: Cluster) -> pd.DataFrame:
-    """Every prediction of every plan as one DataFrame row (no pruning)."""
-    lat = latency(model, workload, plans, cluster)
+            cluster: Cluster, constants=None) -> pd.DataFrame:
+    """Every prediction of every plan as one DataFrame row (no pruning); ``constants``:
+    a calibration's (default heuristics/perf.yaml)."""
+    lat = latency(model, workload, plans, cluster, constants)
     mem = memory_per_gpu(model, workload, plans, lat.prefill_microbatch_requests)
     gpus = (plans.tp * plans.pp).astype(float)
     requests_per_s = plans.batch / lat.latency_s
@@ -141,7 +142,7 @@ def _limit_checks(limits: Limits):
 
 def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
            objective: str = "throughput", limits: Limits | None = None,
-           max_batch: int = DEFAULT_MAX_BATCH) -> InferenceSearchResult:
+           max_batch: int = DEFAULT_MAX_BATCH, constants=None) -> InferenceSearchResult:
     """Rank every serving layout; InfeasibleError (naming the best achievable)
     when memory or a limit leaves nothing."""
     if objective not in OBJECTIVES:
@@ -149,7 +150,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     limits = limits or Limits()
     cluster.gpu.peak_tflops(workload.precision)    # InputError: fp8 on a GPU without it
     plans = candidate_table(model, cluster, max_batch)
-    table = predict(model, workload, plans, cluster)
+    table = predict(model, workload, plans, cluster, constants)
     rejected = {}
     keep = table["fits"].to_numpy(dtype=bool, copy=True)
     if not keep.any():

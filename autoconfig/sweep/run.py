@@ -64,10 +64,12 @@ def retry_statuses(retry) -> frozenset[str]:
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
-              progress=None, echo=None, retry=()) -> list[dict]:
+              progress=None, echo=None, retry=(), calibration=None) -> list[dict]:
     """Run every setting without a final record, and those whose record has a
     status ``retry`` names (``retry_statuses``; a profiled setting run again also
-    runs its failed plans again); return all records in the sweep's order."""
+    runs its failed plans again); return all records in the sweep's order.
+    ``calibration`` (a file of ``autoconfig calibrate``) applies to the settings on
+    the GPU it was fitted on; the others use the shipped constants."""
     again = retry_statuses(retry)
     from autoconfig.profiling.store import lock
     out_dir = Path(out_dir)
@@ -82,7 +84,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
             record = load_record(out_dir, setting)
             if record is None or record.get("status") in again:
                 record = run_setting(setting, spec, out_dir,
-                                     retry_plans=("failed",) if record is not None else ())
+                                     retry_plans=("failed",) if record is not None else (),
+                                     calibration=calibration)
                 if record.get("busy"):
                     # Another sweep holds the setting's folder: not an outcome of the
                     # setting, so no record; the next run tries it again.
@@ -97,14 +100,17 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
     return records
 
 
-def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=()) -> dict:
+def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=(),
+                calibration=None) -> dict:
     """Search one setting (and profile it in profile mode, running plans whose
     final status ``retry_plans`` names again); never raises."""
     started = time.time()
     record = {"key": setting.key, "setting": setting.to_dict(), "status": "error",
               "reason": "", "started_at": _now(started)}
     try:
-        result = _search(setting)
+        result = _search(setting, calibration)
+        if result.constants is not None:
+            record["calibration"] = str(calibration)
         record.update(_predicted(result), status="ok")
         if setting.mode == "profile":
             record.update(_profile(setting, spec, result, out_dir, retry_plans))
@@ -121,7 +127,7 @@ def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=()
     return record
 
 
-def _search(setting: Setting):
+def _search(setting: Setting, calibration=None):
     from autoconfig.training.inputs import inputs_from_options
     from autoconfig.training.search import search_inputs
     from autoconfig.training.stack import load_stack
@@ -135,8 +141,17 @@ def _search(setting: Setting):
         seq_len=setting.seq_len or shape.get("seq_len"), precision=setting.precision,
         tp=None, pp=None, vp=None, cp=None, mbs=None, recompute=None, sp="auto",
         distributed_optimizer="auto", max_tp_per_node=None, objective=setting.objective,
-        top=10, output_dir=None)
+        top=10, output_dir=None, calibration=_applies(calibration, setting.gpu))
     return search_inputs(inputs)
+
+
+def _applies(calibration, gpu: str):
+    """The calibration file when it was fitted on ``gpu``, else None."""
+    if calibration is None:
+        return None
+    from autoconfig.core.catalog import get_gpu
+    from autoconfig.profiling.calibrate import read_calibration
+    return calibration if read_calibration(calibration).gpu == get_gpu(gpu).name else None
 
 
 PLAN_KEYS = ("tp", "pp", "vp", "cp", "dp", "sp", "mbs", "recompute", "recompute_method",
