@@ -256,3 +256,17 @@ def test_infer_takes_the_calibration(profiled, tmp_path, capsys):
                                      capsys)
     assert code == code2 == 0 and "calibrated by" in err
     assert plain != calibrated
+
+
+def test_a_replay_table_may_give_tokens_per_second_instead(profiled, skewed, tmp_path):
+    table, _ = skewed
+    steps = pd.read_csv(table)
+    rates = steps.drop(columns=["step_time_s"])
+    rates["tokens_per_s_per_gpu"] = 64 * 2048 / (8 * steps["step_time_s"])
+    path = tmp_path / "rates.csv"
+    rates.to_csv(path, index=False)
+    assert _rounds(tmp_path / "a", table, 4)[0] == 0
+    assert _rounds(tmp_path / "b", path, 4)[0] == 0
+    a = store.load_results(tmp_path / "a" / "profile").set_index("mbs")
+    b = store.load_results(tmp_path / "b" / "profile").set_index("mbs")
+    assert a["step_time_s"].to_numpy() == pytest.approx(b["step_time_s"].to_numpy(), rel=1e-12)

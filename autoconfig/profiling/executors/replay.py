@@ -3,9 +3,10 @@ runs (a published topology search, or a user's own earlier measurements)
 instead of being run, through the same interface, store and reports.
 
 The table is a CSV file with plan columns (any of ``autoconfig.core.plan``'s
-PLAN_FIELDS; at least tp, pp and dp) and the measured ``step_time_s``;
-optional ``status`` (default ok), ``tokens_per_s_per_gpu``,
-``peak_memory_bytes`` and ``device`` (default cuda: measured on GPUs). A plan
+PLAN_FIELDS; at least tp, pp and dp) and the measured ``step_time_s`` or
+``tokens_per_s_per_gpu`` (either gives the other through the job's global
+batch and sequence); optional ``status`` (default ok), ``peak_memory_bytes``
+and ``device`` (default cuda: measured on GPUs). A plan
 matches a row when it equals the row on every plan column the table gives; a
 plan no row matches is recorded as not measurable (status error), never
 guessed.
@@ -25,7 +26,8 @@ from autoconfig.profiling.executors.base import Executor, JobItem, Run
 from autoconfig.profiling.spec import STATUSES
 
 NOT_MEASURABLE = "not measurable: no row of the measurements table matches this plan"
-REQUIRED = ("tp", "pp", "dp", "step_time_s")
+REQUIRED = ("tp", "pp", "dp")
+MEASURES = ("step_time_s", "tokens_per_s_per_gpu")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,12 @@ class ReplayExecutor(Executor):
                 record = {**row["record"], "world_size": item.world_size}
                 if record["step_time_s"] and not record["tokens_per_s_per_gpu"]:
                     record["tokens_per_s_per_gpu"] = _tokens_rate(item, record["step_time_s"])
+                elif record["tokens_per_s_per_gpu"] and not record["step_time_s"]:
+                    step = _tokens_rate(item, record["tokens_per_s_per_gpu"])  # same relation
+                    record.update(step_time_s=step, iteration_times_s=[step] if step else [])
+                    if step is None:
+                        record.update(status="error", error="a tokens/s row needs the job's "
+                                      "batch and sequence to give a step time")
                 return record
         return None
 
@@ -116,8 +124,9 @@ class ReplayExecutor(Executor):
 
 
 def _tokens_rate(item: JobItem, step_time_s: float) -> float | None:
-    """Tokens/s/GPU of a step time, from the job's ProfileSpec (its global batch
-    and sequence); None when the job is not a profiling job."""
+    """Tokens/s/GPU of a step time (or the step time of a tokens/s/GPU: the same
+    relation) from the job's ProfileSpec (its global batch and sequence); None
+    when the job is not a profiling job."""
     from autoconfig.profiling.spec import ProfileSpec
     try:
         spec = ProfileSpec.from_json(item.args[0])
@@ -136,6 +145,8 @@ def load_measurements(path) -> list[dict]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = reader.fieldnames or []
     missing = [c for c in REQUIRED if c not in columns]
+    if not any(m in columns for m in MEASURES):
+        missing.append(" or ".join(MEASURES))
     if missing:
         raise InputError(f"measurements file {path}: missing column(s) {', '.join(missing)}")
     plan_columns = [c for c in columns if c in PLAN_FIELDS]
@@ -168,12 +179,12 @@ def _record(row: dict) -> dict:
     if status not in STATUSES:
         raise ValueError(f"unknown status {status[:40]!r}: allowed are {', '.join(STATUSES)}")
     step = _positive(row.get("step_time_s"), "step_time_s") if status == "ok" else None
-    if status == "ok" and step is None:
-        raise ValueError("an ok row needs step_time_s")
+    rate = _positive(row.get("tokens_per_s_per_gpu"), "tokens_per_s_per_gpu")
+    if status == "ok" and step is None and rate is None:
+        raise ValueError("an ok row needs step_time_s or tokens_per_s_per_gpu")
     record = {"status": status, "device": (row.get("device") or "cuda").strip(),
               "step_time_s": step, "iteration_times_s": [step] if step else [],
-              "tokens_per_s_per_gpu": _positive(row.get("tokens_per_s_per_gpu"),
-                                                "tokens_per_s_per_gpu"),
+              "tokens_per_s_per_gpu": rate,
               "peak_memory_bytes": _positive(row.get("peak_memory_bytes"), "peak_memory_bytes"),
               "losses": [], "error": "" if status == "ok" else f"replayed {status}",
               "run_notes": "replayed from a measurements table"}
