@@ -101,8 +101,12 @@ def search(**options) -> None:
     stack, software = pop_software(options, _base_stack(options.get("base")))
     if profiling.profile:
         check_profilable(software, stack.name, "use --stack megatron-lm or nemo, or drop --profile")
+    calibration = options.pop("calibration")
     inputs = inputs_from_options(stack=stack, software=software, layer_fields=pop_layers(options),
                                  **options)
+    if calibration:
+        from autoconfig.profiling.calibrate import calibrated
+        inputs = calibrated(inputs, calibration)
     result = search_inputs(inputs)
     spec = spec_from_result(result, base=_base_config(options.get("base")),
                             base_path=options.get("base"), slurm=slurm)

@@ -243,3 +243,11 @@ def constants_for(path: Path | None, gpu_name: str) -> tuple[PerfConstants | Non
                       for k, v in cal.values.items() if not math.isclose(v, cal.defaults[k]))
     return cal.constants(), (f"calibrated by {path} ({len(cal.records)} measured plans on "
                              f"{cal.gpu}; {moved or 'no constant moved'})")
+
+
+def calibrated(inputs, path):
+    """``inputs`` (training.inputs.SearchInputs) with the constants of the
+    calibration file ``path`` for their GPU (unchanged without a file)."""
+    import dataclasses
+    constants, note = constants_for(path, inputs.cluster.gpu.name)
+    return dataclasses.replace(inputs, constants=constants, calibration_note=note)

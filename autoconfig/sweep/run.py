@@ -141,7 +141,11 @@ def _search(setting: Setting, calibration=None):
         seq_len=setting.seq_len or shape.get("seq_len"), precision=setting.precision,
         tp=None, pp=None, vp=None, cp=None, mbs=None, recompute=None, sp="auto",
         distributed_optimizer="auto", max_tp_per_node=None, objective=setting.objective,
-        top=10, output_dir=None, calibration=_applies(calibration, setting.gpu))
+        top=10, output_dir=None)
+    path = _applies(calibration, setting.gpu)
+    if path is not None:
+        from autoconfig.profiling.calibrate import calibrated
+        inputs = calibrated(inputs, path)
     return search_inputs(inputs)
 
 

@@ -42,7 +42,8 @@ class SearchInputs:
     stack: Stack
     software: SoftwareFeatures
     constants: object = None
-    """Calibrated PerfConstants (``--calibration``); None: heuristics/perf.yaml."""
+    """Calibrated PerfConstants (``--calibration``, set by the caller that read the
+    file: ``autoconfig.profiling.calibrate.calibrated``); None: heuristics/perf.yaml."""
     calibration_note: str = ""
 
 
@@ -55,7 +56,7 @@ def inputs_from_options(*, stack: Stack | None = None,
                         tp, pp, vp, cp, mbs, recompute, sp: str, distributed_optimizer: str,
                         max_tp_per_node: int | None, objective: str, top: int,
                         output_dir: str | None, ep=None, etp=None,
-                        layer_fields: dict | None = None, calibration=None) -> SearchInputs:
+                        layer_fields: dict | None = None) -> SearchInputs:
     """Resolve the options (and base.yaml) into SearchInputs; ``layer_fields``
     (ModelSpec field -> value) changes the MoE/MLA fields of the model."""
     base_cfg = read_base(base) if base else None
@@ -100,12 +101,9 @@ def inputs_from_options(*, stack: Stack | None = None,
     out = Path(output_dir) if output_dir else (
         Path("autoconfig-out") / f"{spec.name}-{gpu_spec.name}-{nodes}n")
     stack = stack or load_stack(None)
-    from autoconfig.profiling.calibrate import constants_for   # only when asked: it loads pandas
-    constants, note = constants_for(calibration, gpu_spec.name)
     return SearchInputs(model=spec, workload=workload, cluster=cluster, choices=choices,
                         objective=objective, top=top, output_dir=out, stack=stack,
-                        software=software or stack.features, constants=constants,
-                        calibration_note=note)
+                        software=software or stack.features)
 
 
 def read_base(path: str):
