@@ -16,7 +16,6 @@ rounds rank with the shipped constants and run until the budget is spent.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,10 +51,11 @@ def state(results_dir: Path, candidates) -> RoundState:
     return RoundState(finals=finals, measured_s=measured)
 
 
-def predictions(result_like, candidates, constants) -> np.ndarray:
-    """Step time of every candidate with ``constants`` (None: the shipped ones)."""
+def predictions(setting, candidates, constants) -> np.ndarray:
+    """Step time of every candidate with ``constants`` (None: the shipped ones);
+    ``setting``: (model, workload, cluster, software)."""
     from autoconfig.training.step_time import step_time
-    model, workload, cluster, software = result_like
+    model, workload, cluster, software = setting
     table = PlanTable.from_plans(list(candidates))
     return np.asarray(step_time(model, workload, table, cluster, software=software,
                                 constants=constants).step_time_s, dtype=float)
@@ -138,7 +138,3 @@ def summary(round_number: int, planned, st: RoundState, calibration, predicted_s
             "best_measured": ({"plan": plan_label(best[0]), "step_time_s": best[1]}
                               if best else None),
             "stopped": reason or None}
-
-
-def finite(value: float) -> bool:
-    return value is not None and math.isfinite(value)
