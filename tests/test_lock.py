@@ -160,7 +160,7 @@ def test_a_busy_setting_is_not_final(tmp_path, monkeypatch):
     spec = parse_sweep({"name": "x", "matrix": {"model": [{"model": "gpt3", "size": "1.3b"}],
                                                  "gpu": ["a100-80gb"], "nodes": [1]}})
 
-    def busy(setting):
+    def busy(setting, calibration=None):
         raise BusyError("results directory x is in use by another sweep")
     monkeypatch.setattr(sweep_run, "_search", busy)
     records = sweep_run.run_sweep(spec, tmp_path, echo=lambda text: None)
