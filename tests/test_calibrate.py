@@ -270,3 +270,33 @@ def test_a_replay_table_may_give_tokens_per_second_instead(profiled, skewed, tmp
     a = store.load_results(tmp_path / "a" / "profile").set_index("mbs")
     b = store.load_results(tmp_path / "b" / "profile").set_index("mbs")
     assert a["step_time_s"].to_numpy() == pytest.approx(b["step_time_s"].to_numpy(), rel=1e-12)
+
+
+def test_a_profiled_sweep_setting_runs_in_rounds(profiled, skewed, tmp_path):
+    from autoconfig.profiling.rounds import load_rounds
+    from autoconfig.sweep.run import run_sweep
+    from autoconfig.sweep.spec import parse_sweep
+    table, true_best = skewed
+    spec = parse_sweep({"name": "r", "matrix": {"model": [{"model": "llama3-8b"}],
+                                                "gpu": ["h100"], "nodes": [1], "gbs": [64],
+                                                "seq_len": [2048], "mode": ["profile"]},
+                        "profile": {"executor": "replay", "measurements": str(table),
+                                    "max_runs": 8, "top_k": 3}})
+    [record] = run_sweep(spec, tmp_path)
+    assert record["status"] == "ok", record["reason"]
+    assert record["measured"]["step_time_s"] <= true_best * 1.02
+    results = tmp_path / record["measured"]["profile_dir"]
+    assert load_rounds(results)[-1]["stopped"]
+
+
+def test_cpu_and_gpu_records_are_not_mixed(profiled, tmp_path):
+    folder = tmp_path / "profile"
+    model, workload = get_model("llama3-8b"), Workload(64, 2048)
+    plan = Plan(tp=1, pp=1, dp=8)
+    store.write_plans(folder, pd.DataFrame([plan.to_dict()]), {
+        "model": dataclasses.asdict(model), "workload": dataclasses.asdict(workload),
+        "cluster": {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 8}, "device": "cpu"})
+    store.append_record(folder, {**plan.to_dict(), "status": "ok", "device": "cpu",
+                                 "step_time_s": 0.5, "iteration_times_s": [0.5]})
+    with pytest.raises(Exception, match="CPU proxy and from GPUs"):
+        calibrate.calibrate(calibrate.measured_runs([profiled / "run" / "profile", folder]))

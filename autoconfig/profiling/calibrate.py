@@ -120,7 +120,12 @@ def _setting(meta: dict, folder: Path):
 
 
 def device_of(runs: list[Run]) -> str:
+    """cuda or cpu; InputError when CPU-proxy and GPU records are mixed (the proxy's
+    figures must not move GPU constants)."""
     devices = {a.split("=", 1)[1] for r in runs for a in r.assumptions if a.startswith("device=")}
+    if "cpu" in devices and devices - {"cpu"}:
+        raise InputError("records from the CPU proxy and from GPUs: calibrate the GPU result "
+                         "folders alone (CPU figures never calibrate GPU predictions)")
     return "cpu" if "cpu" in devices else "cuda"
 
 

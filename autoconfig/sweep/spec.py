@@ -44,7 +44,8 @@ INLINE_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", 
 PROFILE_KEYS = {"device": str, "executor": str, "top_k": int, "max_steps": int,
                 "warmup_steps": int, "max_minutes": int, "max_parallel": int,
                 "partition": str, "account": str, "qos": str, "time_limit": int,
-                "profile_objective": str}
+                "profile_objective": str, "max_runs": int, "tolerance": float,
+                "measurements": str}
 
 
 @dataclass(frozen=True)
@@ -250,12 +251,17 @@ def _profile(data, where: str) -> dict:
         kind = PROFILE_KEYS[key]
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise InputError(f"{where}: invalid {key} {value!r}: must be a non-negative integer")
+        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 <= value < 1):
+            raise InputError(f"{where}: invalid {key} {value!r}: must be a fraction from 0 to "
+                             "below 1")
         out[key] = kind(value)
     if out.get("device", "cpu") not in ("cpu", "cuda"):
         raise InputError(f"{where}: invalid device {out['device']!r}: allowed are cuda, cpu")
-    if out.get("executor", "local") not in ("local", "slurm"):
-        raise InputError(f"{where}: invalid executor {out['executor']!r}: allowed are local, "
-                         "slurm")
+    executors = ("local", "slurm", "replay")
+    if out.get("executor", "local") not in executors:
+        raise InputError(f"{where}: invalid executor {out['executor']!r}: allowed are "
+                         f"{', '.join(executors)}")
     return out
 
 
