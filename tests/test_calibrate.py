@@ -138,16 +138,21 @@ def test_a_calibration_that_does_not_apply_is_refused_in_one_line(profiled, tmp_
     assert code == 2 and err.count("\n") == 1 and message in err
 
 
-def test_cpu_proxy_records_calibrate_nothing_on_gpus(tmp_path):
-    """A store whose records ran on the CPU proxy gives a cpu calibration."""
-    folder = tmp_path / "profile"
-    model, workload = get_model("tiny"), Workload(8, 128)
-    plan = Plan(tp=1, pp=1, dp=1)
+def _cpu_store(folder: Path, model_name: str, workload: Workload, gpus: int) -> Path:
+    """A results folder with one ok record measured on the CPU proxy."""
+    plan = Plan(tp=1, pp=1, dp=gpus)
     store.write_plans(folder, pd.DataFrame([plan.to_dict()]), {
-        "model": dataclasses.asdict(model), "workload": dataclasses.asdict(workload),
-        "cluster": {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 1}, "device": "cpu"})
+        "model": dataclasses.asdict(get_model(model_name)),
+        "workload": dataclasses.asdict(workload),
+        "cluster": {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": gpus}, "device": "cpu"})
     store.append_record(folder, {**plan.to_dict(), "status": "ok", "device": "cpu",
                                  "step_time_s": 0.5, "iteration_times_s": [0.5]})
+    return folder
+
+
+def test_cpu_proxy_records_calibrate_nothing_on_gpus(tmp_path):
+    """A store whose records ran on the CPU proxy gives a cpu calibration."""
+    folder = _cpu_store(tmp_path / "profile", "tiny", Workload(8, 128), 1)
     cal = calibrate.calibrate(calibrate.measured_runs([folder]))
     assert cal.device == "cpu"
     path = calibrate.write_calibration(tmp_path / "cpu.yaml", cal)
@@ -290,13 +295,6 @@ def test_a_profiled_sweep_setting_runs_in_rounds(profiled, skewed, tmp_path):
 
 
 def test_cpu_and_gpu_records_are_not_mixed(profiled, tmp_path):
-    folder = tmp_path / "profile"
-    model, workload = get_model("llama3-8b"), Workload(64, 2048)
-    plan = Plan(tp=1, pp=1, dp=8)
-    store.write_plans(folder, pd.DataFrame([plan.to_dict()]), {
-        "model": dataclasses.asdict(model), "workload": dataclasses.asdict(workload),
-        "cluster": {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 8}, "device": "cpu"})
-    store.append_record(folder, {**plan.to_dict(), "status": "ok", "device": "cpu",
-                                 "step_time_s": 0.5, "iteration_times_s": [0.5]})
+    folder = _cpu_store(tmp_path / "profile", "llama3-8b", Workload(64, 2048), 8)
     with pytest.raises(Exception, match="CPU proxy and from GPUs"):
         calibrate.calibrate(calibrate.measured_runs([profiled / "run" / "profile", folder]))
