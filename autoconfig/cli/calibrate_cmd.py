@@ -22,11 +22,7 @@ def calibrate(results, output: Path) -> None:
     bounded and pulled towards the shipped values, and write a calibration file."""
     from autoconfig.profiling.calibrate import calibrate as fit, measured_runs, write_calibration
 
-    folders = [Path(r) / store.PROFILE_SUBDIR
-               if not (Path(r) / store.RESULTS_FILE).exists()
-               and (Path(r) / store.PROFILE_SUBDIR / store.RESULTS_FILE).exists() else Path(r)
-               for r in results]
-    cal = fit(measured_runs(folders))
+    cal = fit(measured_runs([store.results_folder(r) for r in results]))
     path = write_calibration(output, cal)
     rows = [[".".join(k), f"{cal.defaults[k]:.4g}", f"{v:.4g}"] for k, v in cal.values.items()]
     click.echo(tabulate(rows, headers=["constant", "shipped", "calibrated"]))

@@ -1,6 +1,5 @@
 """``autoconfig report DIR``: rebuild the profiling report from a results directory."""
 
-from pathlib import Path
 
 import click
 
@@ -19,12 +18,10 @@ def report(results_dir: str, objective: str | None) -> None:
     directory of a `--profile` run (plans.csv + results.jsonl), and print it."""
     from autoconfig.profiling.report import write_report
 
-    path = Path(results_dir)
-    if not _is_store(path) and _is_store(path / store.PROFILE_SUBDIR):
-        path = path / store.PROFILE_SUBDIR   # the search output folder holding profile/
+    path = store.results_folder(results_dir)
     if not path.is_dir():
         raise InputError(f"invalid results directory {results_dir!r}: it does not exist")
-    if not _is_store(path):
+    if not store.is_results_folder(path):
         raise InputError(f"invalid results directory {results_dir!r}: expected the folder a "
                          f"--profile run wrote ({store.RESULTS_FILE}, or {store.PLANS_FILE} with "
                          f"{store.META_FILE}), e.g. OUT/{store.PROFILE_SUBDIR}")
@@ -35,9 +32,3 @@ def report(results_dir: str, objective: str | None) -> None:
     click.echo(md_path.read_text())
     click.echo(f"wrote {md_path} and {csv_path}")
 
-
-def _is_store(path: Path) -> bool:
-    """A profiling results folder: records, or a --profile run's plan table and
-    metadata (a search's own plans.csv alone is not one)."""
-    return (path / store.RESULTS_FILE).is_file() or (
-        (path / store.PLANS_FILE).is_file() and (path / store.META_FILE).is_file())

@@ -108,8 +108,10 @@ def search(**options) -> None:
         from autoconfig.profiling.calibrate import calibrated
         inputs = calibrated(inputs, calibration)
     result = search_inputs(inputs)
-    spec = spec_from_result(result, base=_base_config(options.get("base")),
-                            base_path=options.get("base"), slurm=slurm)
+    # the launch files' hyper-parameters and SLURM settings (base.yaml read once)
+    launch_kw = dict(base=_base_config(options.get("base")), base_path=options.get("base"),
+                     slurm=slurm)
+    spec = spec_from_result(result, **launch_kw)
     files = write_report(result, inputs.output_dir, top=inputs.top, plots=plots, spec=spec)
     if output_format == "json":
         data = search_json(result, inputs.top, files, spec)
@@ -126,8 +128,7 @@ def search(**options) -> None:
                                     software=result.software, stack=result.stack)
         if results_dir is not None:
             _launch_measured_winner(result, results_dir, profiling, inputs.output_dir,
-                                    dict(base=_base_config(options.get("base")),
-                                         base_path=options.get("base"), slurm=slurm))
+                                    launch_kw)
 
 
 def _launch_measured_winner(result, results_dir, profiling, out_dir, launch_kw) -> None:

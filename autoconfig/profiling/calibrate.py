@@ -45,6 +45,7 @@ KIND = "autoconfig-calibration"
 EXTRA_FREE: tuple[tuple[str, ...], ...] = (("comm_bandwidth_efficiency",),)
 """Calibrated beyond ``FREE``: what the user's network achieves."""
 EXTRA_BOUNDS = {"comm_bandwidth_efficiency": (0.1, 1.0)}
+_ALL_BOUNDS = {**BOUNDS, **EXTRA_BOUNDS}
 PRIOR_SPREAD = 0.15
 """Log-space spread of the multiplicative prior (a factor ~1.16 costs 1)."""
 PRIOR_SPREAD_S = 0.002
@@ -138,10 +139,6 @@ def free_keys(runs: list[Run]) -> list[tuple[str, ...]]:
     return keys + list(EXTRA_FREE)
 
 
-def _bounds(key: tuple[str, ...]) -> tuple[float, float]:
-    return {**BOUNDS, **EXTRA_BOUNDS}[key[0]]
-
-
 def _prior_penalty(key, value: float, default: float) -> float:
     if key[0].endswith("_s"):
         return ((value - default) / PRIOR_SPREAD_S) ** 2
@@ -161,6 +158,7 @@ def calibrate(runs: list[Run], base: PerfConstants | None = None) -> Calibration
     if len(gpus) > 1:
         raise InputError(f"records from several GPUs ({', '.join(sorted(gpus))}): calibrate "
                          "each GPU on its own")
+    device = device_of(runs)   # before the fit: CPU and GPU records are never mixed
     base = base or load_constants()
     keys = free_keys(runs)
     defaults = {k: get_value(base, k) for k in keys}
@@ -169,7 +167,7 @@ def calibrate(runs: list[Run], base: PerfConstants | None = None) -> Calibration
     def objective(x):
         values = dict(zip(keys, x * scale))
         for k, v in values.items():
-            low, high = _bounds(k)
+            low, high = _ALL_BOUNDS[k[0]]
             if not low <= v <= high:
                 return 1e9
         data = _mean_sq_log_error(runs, with_values(base, values))
@@ -185,13 +183,13 @@ def calibrate(runs: list[Run], base: PerfConstants | None = None) -> Calibration
     records = tuple({"store": r.run.source_id, "plan": plan_label(r.run.plan),
                      "measured_step_s": r.measured_step_s, "predicted_before_s": r.predicted_step_s,
                      "predicted_after_s": a.predicted_step_s} for r, a in zip(before, after))
-    return Calibration(values=values, defaults=defaults, gpu=gpus.pop(), device=device_of(runs),
+    return Calibration(values=values, defaults=defaults, gpu=gpus.pop(), device=device,
                        records=records, before_pct=_mape(before), after_pct=_mape(after),
                        fingerprint=model_fingerprint())
 
 
 def _mape(rows) -> float:
-    return float(np.mean([abs(r.predicted_step_s / r.measured_step_s - 1) * 100 for r in rows]))
+    return float(np.mean([r.abs_pct_error for r in rows]))
 
 
 # ---------------------------------------------------------------- file

@@ -51,12 +51,11 @@ def state(results_dir: Path, candidates) -> RoundState:
     return RoundState(finals=finals, measured_s=measured)
 
 
-def predictions(setting, candidates, constants) -> np.ndarray:
-    """Step time of every candidate with ``constants`` (None: the shipped ones);
-    ``setting``: (model, workload, cluster, software)."""
+def predictions(setting, table: PlanTable, constants) -> np.ndarray:
+    """Step time of every candidate plan of ``table`` with ``constants`` (None: the
+    shipped ones); ``setting``: (model, workload, cluster, software)."""
     from autoconfig.training.step_time import step_time
     model, workload, cluster, software = setting
-    table = PlanTable.from_plans(list(candidates))
     return np.asarray(step_time(model, workload, table, cluster, software=software,
                                 constants=constants).step_time_s, dtype=float)
 

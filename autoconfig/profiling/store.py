@@ -54,6 +54,23 @@ RESULT_FIELDS = ("status", "device", "world_size", "step_time_s", "iteration_tim
                  "losses", "error", "model_name", "moe_dispatcher", "run_notes")
 
 
+def is_results_folder(path: Path) -> bool:
+    """A profiling results folder: records, or a --profile run's plan table and
+    metadata (a search's own plans.csv alone is not one)."""
+    path = Path(path)
+    return (path / RESULTS_FILE).is_file() or (
+        (path / PLANS_FILE).is_file() and (path / META_FILE).is_file())
+
+
+def results_folder(path: Path) -> Path:
+    """``path``, or its ``profile/`` when ``path`` is the output folder of a search
+    that profiled (so users may name either)."""
+    path = Path(path)
+    if not is_results_folder(path) and is_results_folder(path / PROFILE_SUBDIR):
+        return path / PROFILE_SUBDIR
+    return path
+
+
 def plan_key(plan: Plan) -> tuple:
     """The plan's field values in declaration order: the store's key."""
     return tuple(getattr(plan, name) for name in PLAN_FIELDS)

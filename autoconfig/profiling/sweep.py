@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from autoconfig.errors import InputError, ProfilingError
-from autoconfig.core.plan import PLAN_FIELDS, Plan, plan_label
+from autoconfig.core.plan import PLAN_FIELDS, Plan, PlanTable, plan_label
 from autoconfig.profiling import executors, launch, store
 from autoconfig.profiling.launch import LaunchOptions
 from autoconfig.profiling.report import CPU_NOTE, write_report
@@ -159,8 +159,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     if options.resume and not (results_dir / store.PLANS_FILE).exists():
         raise InputError(f"invalid --resume {options.resume}: no {store.PLANS_FILE} there "
                          "(give the results directory of an earlier --profile run)")
-    items = [launch.JobItem(plan=s.plan, world_size=s.plan.num_gpus, fn=launch.profile_job,
-                            args=(s.to_json(),)) for s in specs]
+    items = _job_items(specs)
     if options.dry_run:
         executor = executors.create(lopts)
         executor.check_capacity(selected)
@@ -210,8 +209,15 @@ def _in_rounds(ranked, setting, options: ProfileOptions, lopts, results_dir: Pat
 
     model, workload, cluster, software = setting
     setting = (model, workload, cluster, software or SoftwareFeatures())
-    candidates = list(dict.fromkeys(r.plan for r in ranked))
-    shipped = rounds.predictions(setting, candidates, None)
+    unique: dict = {}
+    for r in ranked:
+        unique.setdefault(r.plan, r)
+    ranked = list(unique.values())
+    candidates = [r.plan for r in ranked]
+    grid = PlanTable.from_plans(candidates)
+    # the search's own predictions rank the first round (and every round on CPU)
+    searched = np.array([np.nan if r.predicted_step_time_s is None else r.predicted_step_time_s
+                         for r in ranked])
     cpu = options.device == "cpu"
     number = sum(1 for r in rounds.load_rounds(results_dir) if r.get("planned"))
     profiled: list[Plan] = []
@@ -220,8 +226,8 @@ def _in_rounds(ranked, setting, options: ProfileOptions, lopts, results_dir: Pat
         fitted = None
         if st.measured_s and not cpu:
             fitted = calibrate.calibrate(calibrate.measured_runs([results_dir]))
-        predicted = (rounds.predictions(setting, candidates, fitted.constants())
-                     if fitted is not None else shipped)
+        predicted = (rounds.predictions(setting, grid, fitted.constants())
+                     if fitted is not None else searched)
         budget_left = options.max_runs - len(st.finals)
         planned = rounds.unfinished_round(results_dir, st)[:max(budget_left, 0)]
         if not planned:
@@ -250,9 +256,7 @@ def _in_rounds(ranked, setting, options: ProfileOptions, lopts, results_dir: Pat
         specs = [_spec(model, workload, plan, options, software) for plan in planned]
         meta = {**meta, "run_shapes": {**meta.get("run_shapes", {}), **_meta_shapes(specs)}
                 if cpu else {}}
-        items = [launch.JobItem(plan=sp.plan, world_size=sp.plan.num_gpus,
-                                fn=launch.profile_job, args=(sp.to_json(),)) for sp in specs]
-        launch.launch(items, lopts, results_dir,
+        launch.launch(_job_items(specs), lopts, results_dir,
                       on_submitted=lambda: store.write_plans(results_dir, table, meta))
 
 
@@ -365,6 +369,12 @@ def _meta(model, workload, cluster, options, specs, software=None, stack=None) -
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "argv": sys.argv,
     }
+
+
+def _job_items(specs) -> list:
+    """One profiling job per spec (every rank runs ``launch.profile_job``)."""
+    return [launch.JobItem(plan=s.plan, world_size=s.plan.num_gpus, fn=launch.profile_job,
+                           args=(s.to_json(),)) for s in specs]
 
 
 def _meta_shapes(specs) -> dict:

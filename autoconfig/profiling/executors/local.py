@@ -142,8 +142,9 @@ class _Controller:
         self.pid, self.started = pid, started
 
     def poll(self) -> int | None:
-        alive = process_start(self.pid) is not None and not is_zombie(self.pid)
-        return None if alive and process_start(self.pid) == self.started else 0
+        started = process_start(self.pid)
+        alive = started is not None and started == self.started and not is_zombie(self.pid)
+        return None if alive else 0
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:

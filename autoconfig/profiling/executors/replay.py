@@ -51,8 +51,6 @@ class ReplayJob:
     job_id: str
     record: dict | None
 
-    num_tasks: int = 1
-
 
 @register
 class ReplayExecutor(Executor):
@@ -114,13 +112,11 @@ class ReplayExecutor(Executor):
         """Nothing runs."""
 
     def dry_run(self, items, folder: Path, echo, label) -> None:
-        rows = self.rows()
-        found = sum(self.lookup(item) is not None for item in items)
-        for item in items:
-            echo(f"# replay: {label(item.plan)}: "
-                 f"{'measured' if self.lookup(item) else 'not measurable'}")
-        echo(f"# dry run: {found} of {len(items)} plan(s) in {self.backend.measurements} "
-             f"({len(rows)} rows); nothing replayed")
+        found = [self.lookup(item) is not None for item in items]
+        for item, measured in zip(items, found):
+            echo(f"# replay: {label(item.plan)}: {'measured' if measured else 'not measurable'}")
+        echo(f"# dry run: {sum(found)} of {len(items)} plan(s) in {self.backend.measurements} "
+             f"({len(self.rows())} rows); nothing replayed")
 
 
 def _tokens_rate(item: JobItem, step_time_s: float) -> float | None:

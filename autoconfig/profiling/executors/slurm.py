@@ -90,6 +90,11 @@ class SlurmExecutor(SubmititExecutor):
         "PREEMPTED": "cancelled",
     }
 
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        self._pinged_at = -PING_EVERY_S
+        self._down_since: float | None = None
+
     def capacity(self) -> int:
         return self.options.gpus_per_node * self.options.nodes
 
@@ -188,19 +193,18 @@ class SlurmExecutor(SubmititExecutor):
         """Say so while slurmctld does not answer (jobs keep their last known
         state meanwhile), every PING_EVERY_S, and when it answers again."""
         now = time.monotonic()
-        if now - getattr(self, "_pinged_at", -PING_EVERY_S) < PING_EVERY_S:
+        if now - self._pinged_at < PING_EVERY_S:
             return
         self._pinged_at = now
-        down_since = getattr(self, "_down_since", None)
         if controller_reachable():
-            if down_since is not None:
-                print(f"[profile] SLURM reachable again after {now - down_since:.0f} s",
+            if self._down_since is not None:
+                print(f"[profile] SLURM reachable again after {now - self._down_since:.0f} s",
                       file=sys.stderr, flush=True)
             self._down_since = None
             return
-        if down_since is None:
-            self._down_since = down_since = now
-        print(f"[profile] SLURM unreachable for {now - down_since:.0f} s (scontrol ping), "
+        if self._down_since is None:
+            self._down_since = now
+        print(f"[profile] SLURM unreachable for {now - self._down_since:.0f} s (scontrol ping), "
               "still waiting", file=sys.stderr, flush=True)
 
     def scripts(self, items: Sequence[JobItem], folder: Path) -> list[str]:
