@@ -203,6 +203,11 @@ def test_rounds_find_the_measured_best_within_the_budget(profiled, skewed, tmp_p
     assert f"--tensor-model-parallel-size {winner.tp}\n" in args
     assert f"--micro-batch-size {winner.mbs}\n" in args
     assert ("--sequence-parallel" in args) == winner.sp
+    best = yaml.safe_load((tmp_path / "r" / "best.yaml").read_text())
+    assert best["chosen_by"] == "measurement"
+    assert best["plan"]["tp"] == winner.tp and best["plan"]["mbs"] == winner.mbs
+    assert best["measured"]["step_time_s"] == pytest.approx(latest["step_time_s"].min(),
+                                                            rel=1e-3)
 
 
 def test_rounds_resume_where_a_killed_loop_stopped(profiled, skewed, tmp_path, monkeypatch):

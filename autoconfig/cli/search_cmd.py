@@ -132,28 +132,35 @@ def search(**options) -> None:
 
 
 def _launch_measured_winner(result, results_dir, profiling, out_dir, launch_kw) -> None:
-    """Rewrite the launch files for the measured winner when it is not the predicted
-    best. GPU measurements only: the CPU proxy ranks plans but does not measure GPUs."""
+    """Rewrite best.yaml/best.json and the launch files for the fastest plan measured
+    on GPUs (the CPU proxy ranks plans but does not measure GPUs)."""
     from autoconfig.launch.files import launch_texts
     from autoconfig.launch.spec import launch_spec
     from autoconfig.atomic import write_atomic
     from autoconfig.profiling import store
     from autoconfig.profiling.report import build_table
+    from autoconfig.reports.search_report import best_files
+    import pandas as pd
     table = build_table(results_dir, profiling.profile_objective)
     ok = table[(table["status"] == "ok") & (table["device"] != "cpu")] if len(table) else table
     if not len(ok):
         return
-    winner = store.plan_from_record(ok.iloc[0].to_dict())
-    if winner == result.best:
-        return
+    top = ok.iloc[0]
+    winner = store.plan_from_record(top.to_dict())
+    index = int(top["predicted_rank"]) - 1 if pd.notna(top["predicted_rank"]) else -1
+    if not 0 <= index < len(result.plans) or result.plans.plan(index) != winner:
+        return  # measured outside this search's grid: nothing of ours to describe it
     spec = launch_spec(result.model, result.workload, winner, result.cluster,
                        software=result.software, stack=result.stack, **launch_kw)
-    written = [write_atomic(Path(out_dir) / name, text)
-               for name, text in launch_texts(spec).values()]
-    if written:
-        click.echo(f"launch files rewritten for the measured winner {ok.iloc[0]['plan']} "
-                   f"(predicted rank {int(ok.iloc[0]['predicted_rank'])}): "
-                   + ", ".join(p.name for p in written))
+    measured = {"step_time_s": float(f"{float(top['step_time_s']):.4g}"),
+                "tokens_per_s_per_gpu": float(f"{float(top['tokens_per_s_per_gpu']):.4g}"),
+                "device": str(top["device"]), "results": str(results_dir)}
+    texts = best_files(result, spec, index, measured)
+    if index:
+        texts.update(launch_texts(spec))
+    written = [write_atomic(Path(out_dir) / name, text) for name, text in texts.values()]
+    click.echo(f"measured winner {top['plan']} (predicted rank {index + 1}): "
+               + ", ".join(p.name for p in written) + " rewritten")
 
 
 def _base_config(base: str | None):

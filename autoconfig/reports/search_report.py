@@ -116,11 +116,14 @@ def plan_document(plan: Plan) -> dict:
     return fields
 
 
-def best_document(result: SearchResult, spec: LaunchSpec | None = None) -> dict:
+def best_document(result: SearchResult, spec: LaunchSpec | None = None, index: int = 0,
+                  measured: dict | None = None) -> dict:
     """best.yaml / best.json: inputs, the winning plan, its predictions, and the
-    launch (hyper-parameters with their origin, schedule, every target's arguments)."""
+    launch (hyper-parameters with their origin, schedule, every target's arguments).
+    ``index`` is the winner's row in the search (0: the predicted best); ``measured``
+    (what profiling measured for it) makes it the measured winner."""
     spec = spec or spec_from_result(result)
-    row = result.table.iloc[0]
+    row = result.table.iloc[index]
     m, c, w = result.model, result.cluster, result.workload
     return {
         "model": {"name": m.name, "params": int(total_params(m)), "num_layers": m.num_layers,
@@ -132,7 +135,10 @@ def best_document(result: SearchResult, spec: LaunchSpec | None = None) -> dict:
         "workload": {"global_batch_size": w.global_batch_size, "seq_len": w.seq_len,
                      "precision": w.precision},
         "objective": result.objective,
-        "plan": plan_document(result.best),
+        "chosen_by": "measurement" if measured else "prediction",
+        "plan": plan_document(result.plans.plan(index)),
+        **({"measured": measured} if measured else {}),
+        "predicted_rank": index + 1,
         "predicted": {
             "step_time_s": _r(row.step_time_s),
             "tokens_per_s_per_gpu": _r(row.tokens_per_s_per_gpu),
@@ -239,6 +245,14 @@ def run_it_lines(spec: LaunchSpec) -> list[str]:
     return lines
 
 
+def best_files(result: SearchResult, spec: LaunchSpec | None = None, index: int = 0,
+               measured: dict | None = None) -> dict[str, tuple[str, str]]:
+    """best.yaml and best.json (key -> (file name, text)) for the plan at ``index``."""
+    best = best_document(result, spec, index, measured)
+    return {"best": (BEST_NAME, yaml.safe_dump(best, sort_keys=False, width=100)),
+            "best_json": (BEST_JSON_NAME, json.dumps(best, indent=1) + "\n")}
+
+
 def write_report(result: SearchResult, out_dir: Path, top: int = 10, plots: bool = False,
                  spec: LaunchSpec | None = None) -> dict[str, Path]:
     """Write every report and launch file (and, with ``plots``, the PNG plots linked
@@ -246,7 +260,6 @@ def write_report(result: SearchResult, out_dir: Path, top: int = 10, plots: bool
     ``autoconfig base``'s defaults) is what every launch target renders."""
     out_dir = Path(out_dir)
     spec = spec or spec_from_result(result)
-    best = best_document(result, spec)
     drawn = []
     if plots:
         from autoconfig.reports.plots import safe_plots, search_plots
@@ -257,8 +270,7 @@ def write_report(result: SearchResult, out_dir: Path, top: int = 10, plots: bool
     files = {
         "csv": (CSV_NAME, ranked_csv(result)),
         "markdown": (MARKDOWN_NAME, markdown_report(result, top, spec) + links),
-        "best": (BEST_NAME, yaml.safe_dump(best, sort_keys=False, width=100)),
-        "best_json": (BEST_JSON_NAME, json.dumps(best, indent=1) + "\n"),
+        **best_files(result, spec),
         **launch_texts(spec),
     }
     written = {key: write_atomic(out_dir / name, text) for key, (name, text) in files.items()}
