@@ -36,3 +36,31 @@ def test_unknown_command_is_one_line_exit_2():
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+
+
+FP8_8B = ["estimate", "--model", "llama3", "--size", "8b", "--gpu", "b200", "--gpus", "8",
+          "--gbs", "128", "--seq-len", "8192", "--tp", "1", "--pp", "1", "--mbs", "1",
+          "--format", "json"]
+
+
+def test_estimate_takes_the_fp8_recipe_and_says_which_ran():
+    import json
+    runner = CliRunner()
+
+    def rate(*extra):
+        result = runner.invoke(cli, [*FP8_8B, "--precision", "fp8", *extra])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.output)
+        return data["fp8_recipe"], data["tokens_per_s_per_gpu"]
+    assert rate()[0] == "mxfp8"                       # Blackwell's default
+    delayed, current = rate("--fp8-recipe", "delayed"), rate("--fp8-recipe", "current")
+    assert delayed[0] == "delayed" and current[0] == "tensorwise"
+    assert delayed[1] > current[1]                    # current scaling's amax pass costs
+    for extra, message in ((["--precision", "bf16", "--fp8-recipe", "delayed"],
+                            "--fp8-recipe delayed needs --precision fp8"),
+                           (["--precision", "fp8", "--fp8-recipe", "e5m2"],
+                            "invalid --fp8-recipe 'e5m2': allowed are delayed, tensorwise")):
+        from autoconfig.errors import InputError
+        result = runner.invoke(cli, [*FP8_8B, *extra])
+        assert result.exit_code != 0 and isinstance(result.exception, InputError)
+        assert message in str(result.exception)       # main() prints it as one line

@@ -147,7 +147,11 @@ def test_args_parse_and_match_the_plan(name, data):
     assert ns.bf16
     assert (ns.fp8 is not None) == (w.precision == "fp8")
     if w.precision == "fp8":
-        assert (ns.fp8, ns.fp8_recipe) == ("hybrid", "tensorwise")
+        # the stack's or --fp8-recipe's recipe, else the generation's (tensorwise on Hopper)
+        expected = sw.fp8_recipe or {"hopper": "tensorwise"}.get(spec.cluster.gpu.generation,
+                                                                 "mxfp8")
+        assert ns.fp8_recipe == expected
+        assert ns.fp8 == ("e4m3" if expected == "mxfp8" else "hybrid")
     # schedule from the base config: nothing left to Megatron's defaults
     assert ns.train_samples == b.train_steps * b.global_batch_size
     assert ns.train_iters is None

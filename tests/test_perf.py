@@ -482,3 +482,52 @@ def test_unfused_attention_slows_to_cuda_cores_when_heads_break_alignment():
     assert aligned == same
     fused, fused_plain = attention_s(13824, software=SoftwareFeatures())
     assert fused == fused_plain
+
+
+def test_fp8_recipes_differ_by_their_quantisation_traffic_only():
+    """Current scaling reads each GEMM input once more than delayed scaling (its
+    amax pass), so its step is longer by exactly that traffic at HBM speed; the
+    block-scaled recipes add only their scales; bf16 casts nothing."""
+    from autoconfig.training.fp8 import cast_bytes_per_element
+    from autoconfig.training.step_time import _fp8_cast_bytes_per_layer
+    b200 = get_gpu("b200")
+    cluster = cluster_from_gpus(b200, 8, 8)
+    p, fp8 = Plan(tp=1, pp=1, dp=8, mbs=1), Workload(64, 4096, "fp8")
+    c = load_constants()
+
+    def step(recipe):
+        return one(p, workload=fp8, cluster=cluster, model=LLAMA_LIKE, constants=c,
+                   software=SoftwareFeatures(fp8_recipe=recipe))["step_time_s"]
+
+    times = {r: step(r) for r in ("delayed", "tensorwise", "mxfp8", "blockwise")}
+    assert times["delayed"] < times["mxfp8"] < times["tensorwise"]
+    assert times["mxfp8"] == pytest.approx(times["blockwise"])
+    # the difference is the extra 2 B per element read, 3 x forward (fwd + bwd), per layer
+    tokens = 4096.0
+    extra = _fp8_cast_bytes_per_layer(LLAMA_LIKE, tokens, 1.0,
+                                      cast_bytes_per_element("tensorwise")
+                                      - cast_bytes_per_element("delayed"))
+    micro_batches = 64 // 8
+    hbm = b200.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    per_layer = 3.0 * extra * c.elementwise_traffic_factor / hbm
+    assert times["tensorwise"] - times["delayed"] == pytest.approx(
+        per_layer * LLAMA_LIKE.num_layers * micro_batches, rel=0.02)
+    # the default on Blackwell is MXFP8, as the Megatron-Bridge recipes run
+    assert step("") == pytest.approx(times["mxfp8"])
+
+
+def test_fp8_recipe_is_checked_against_the_gpu_and_the_precision():
+    from autoconfig.errors import InputError
+    from autoconfig.training.fp8 import check_fp8_recipe, run_recipe
+    h100 = get_gpu("h100-80gb")
+    assert run_recipe("", h100) == "tensorwise" and run_recipe("current", h100) == "tensorwise"
+    with pytest.raises(InputError, match="mxfp8 on h100-80gb.*blackwell"):
+        run_recipe("mxfp8", h100)
+    with pytest.raises(InputError, match="invalid --fp8-recipe 'fp4'"):
+        run_recipe("fp4", h100)
+    plain = SoftwareFeatures()
+    with pytest.raises(InputError, match="needs --precision fp8"):
+        check_fp8_recipe(SoftwareFeatures(fp8_recipe="delayed"), plain, Workload(8, 2048), h100)
+    # a stack's own recipe is no error on a bf16 run (llm-foundry runs delayed scaling)
+    check_fp8_recipe(SoftwareFeatures(fp8_recipe="delayed"),
+                     SoftwareFeatures(fp8_recipe="delayed"), Workload(8, 2048), h100)

@@ -141,7 +141,9 @@ def test_rank_groups_keep_fp8_recipes_apart_but_compare_bf16_with_fp8(runs):
     plan; bf16 and FP8 (which it tells apart) share a group."""
     from autoconfig.validation.scoring import group_key
     assert runs["R0130"].fp8_recipe == "mxfp8" and runs["R0102"].fp8_recipe == ""
-    assert runs["R0174"].fp8_recipe == "current-scaling"
+    assert runs["R0174"].fp8_recipe == "tensorwise"
+    assert runs["R0174"].software.fp8_recipe == "tensorwise"
+    assert runs["R0184"].fp8_recipe == "blockwise" and runs["R0181"].fp8_recipe == ""
     assert group_key(runs["R0130"]) != group_key(runs["R0102"])
     assert group_key(runs["R0130"]) == group_key(runs["R0143"])
     assert runs["R0258"].workload.precision == "fp8" and runs["R0234"].workload.precision == "bf16"

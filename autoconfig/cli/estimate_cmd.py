@@ -10,6 +10,7 @@ from dataclasses import replace
 import click
 from tabulate import tabulate
 
+from autoconfig.training.fp8 import check_fp8_recipe
 from autoconfig.cli.options import (Count, architecture_options, model_options,
                                     moe_shape_options, pop_layers, pop_software, stack_options)
 from autoconfig.core import catalog
@@ -40,7 +41,8 @@ def _modules(recompute: str, modules: str) -> str:
 def render_table(result: dict) -> str:
     plan = Plan(**result["plan"])
     head = (f"{result['model']} on {result['gpus']} x {result['gpu']}, gbs "
-            f"{result['global_batch_size']}, seq {result['seq_len']}, {result['precision']}: "
+            f"{result['global_batch_size']}, seq {result['seq_len']}, {result['precision']}"
+            + (f" ({result['fp8_recipe']})" if result.get("fp8_recipe") else "") + ": "
             f"{describe_plan(plan)}")
     rows = [("step time (s)", f"{result['step_time_s']:.4f}"),
             ("tokens/s/GPU", f"{result['tokens_per_s_per_gpu']:.1f}"),
@@ -149,6 +151,7 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     workload = Workload(global_batch_size=gbs, seq_len=seq_len or spec.seq_len,
                         precision=precision)
     gpu_spec.peak_tflops(precision)  # fp8 on a GPU without it is an InputError
+    check_fp8_recipe(software, stack.features, workload, gpu_spec)
     if etp is None:
         etp = tp if spec.is_moe else 1
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("etp", etp)):

@@ -229,6 +229,10 @@ def stack_options(func):
                           "overlapped with compute (Megatron-LM default)."),
         click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
                      help="Override for FSDP stacks: full-shard or shard-grad-op."),
+        click.option("--fp8-recipe", default=None,
+                     help="Override for --precision fp8: delayed, tensorwise (current scaling), "
+                          "mxfp8 (Blackwell) or blockwise (default: what the Megatron-Bridge "
+                          "recipes run on the GPU: tensorwise on Hopper, mxfp8 on Blackwell)."),
         click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
                      help="Override for MoE models: token dispatcher (megatron-lm default "
                           "allgather; the Bridge recipes alltoall, flex-deepep or flex-hybridep)."),

@@ -16,6 +16,7 @@ from autoconfig.cli.options import (model_options, moe_shape_options, narrowing_
                                     pop_layers, pop_software, stack_options)
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.plan import PRECISIONS
+from autoconfig.training.fp8 import precision_label
 from autoconfig.training.inputs import DEFAULT_GPU, inputs_from_options
 from autoconfig.training.stack import check_profilable
 
@@ -32,7 +33,8 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
                   f"{m.decoder_layers} layers x {m.decoder_seq_len} tokens, one pipeline stage")
     lines = [f"{m.name} ({format_count(total_params(m))} params{active}) on {c.nodes} x "
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
-             f"{w.precision}, stack {result.stack}, objective {result.objective}", "",
+             f"{precision_label(w, result.software, c.gpu)}, stack {result.stack}, "
+             f"objective {result.objective}", "",
              tabulate(top_rows(result, top), headers=top_headers(result)), ""]
     lines += rejection_lines(result)
     if result.model.unmodelled:

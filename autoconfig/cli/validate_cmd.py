@@ -23,7 +23,8 @@ def validate(runs_path: Path | None, summary: bool, cross_validate: bool, check:
     leave-one-source-out figures and which targets are met."""
     from autoconfig.validation import crossval_store
     from autoconfig.validation.scoring import (default_runs_path, format_cross_validation,
-                                               format_report, format_targets, targets,
+                                               format_families, format_report,
+                                               format_targets, targets,
                                                validate as run_validation)
 
     path = runs_path or default_runs_path()
@@ -36,6 +37,7 @@ def validate(runs_path: Path | None, summary: bool, cross_validate: bool, check:
         None, "computed for the shipped runs only")
     click.echo(format_report(report, show_rows=not summary))
     click.echo("\n".join(format_cross_validation(stored, why)))
+    click.echo("\n".join(["", *format_families(report, stored)]))
     rows = targets(report, stored)
     click.echo("\n".join(["", *format_targets(rows)]))
     if check and not all(met for *_, met in rows):

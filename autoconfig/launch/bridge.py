@@ -23,7 +23,8 @@ from autoconfig.launch.spec import LaunchSpec
 
 MIXED_PRECISION = {None: "bf16_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
                    "delayed": "bf16_with_fp8_delayed_scaling_mixed",
-                   "mxfp8": "bf16_with_mxfp8_mixed"}
+                   "mxfp8": "bf16_with_mxfp8_mixed",
+                   "blockwise": "bf16_with_fp8_subchannel_scaling_mixed"}
 """Megatron-Bridge training/mixed_precision.py recipe names by FP8 recipe."""
 
 

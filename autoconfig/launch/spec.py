@@ -22,6 +22,7 @@ from autoconfig.heuristics import load_heuristics
 from autoconfig.core.catalog import published_schedule
 from autoconfig.launch.encdec import family_tokenizer
 from autoconfig.launch.moe import MoeLaunch, MoeRouter, moe_launch
+from autoconfig.training.fp8 import run_recipe
 from autoconfig.training.stack import (DEFAULT_STACK, LAUNCHED_FRAMEWORK, SoftwareFeatures,
                                        grad_reduce_dtype, load_stack)
 from autoconfig.yamlio import sourced_field
@@ -178,15 +179,11 @@ class LaunchSpec:
 
     @property
     def fp8_recipe(self) -> str | None:
-        """Megatron-LM --fp8-recipe for the GPU generation (None for bf16)."""
+        """Megatron-LM --fp8-recipe: the stack's (or --fp8-recipe's), else what the
+        recipes run on the GPU generation (None for bf16)."""
         if self.workload.precision != "fp8":
             return None
-        recipes = _launch_data()["fp8_recipe"]
-        generation = self.cluster.gpu.generation
-        if generation not in recipes:
-            raise CatalogError(f"no FP8 recipe for GPU generation {generation!r} in "
-                               f"heuristics/launch.yaml fp8_recipe: it has {', '.join(recipes)}")
-        return str(recipes[generation]["value"])
+        return run_recipe(self.software.fp8_recipe, self.cluster.gpu)
 
     @property
     def fp8_format(self) -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
+from autoconfig.training.fp8 import precision_label, run_recipe
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import active_params, total_params
 from autoconfig.core.plan import Plan, describe_plan, recompute_label
@@ -133,7 +134,9 @@ def best_document(result: SearchResult, spec: LaunchSpec | None = None, index: i
         "cluster": {"gpu": c.gpu.name, "nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
                     "gpus": c.num_gpus},
         "workload": {"global_batch_size": w.global_batch_size, "seq_len": w.seq_len,
-                     "precision": w.precision},
+                     "precision": w.precision,
+                     **({"fp8_recipe": run_recipe(result.software.fp8_recipe, c.gpu)}
+                        if w.precision == "fp8" else {})},
         "objective": result.objective,
         "chosen_by": "measurement" if measured else "prediction",
         "plan": plan_document(result.plans.plan(index)),
@@ -188,7 +191,7 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
              f"- cluster: {c.num_gpus} x {c.gpu.display_name} ({c.nodes} nodes of "
              f"{c.gpus_per_node})",
              f"- workload: global batch {w.global_batch_size} sequences of {w.seq_len} tokens, "
-             f"{w.precision}",
+             f"{precision_label(w, result.software, c.gpu)}",
              f"- objective: {result.objective}", "",
              f"## Top {min(top, result.feasible)} plans", "",
              tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",

@@ -14,6 +14,7 @@ from autoconfig.core.hardware import GPU, Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Workload
 from autoconfig.errors import InputError
+from autoconfig.training.fp8 import check_fp8_recipe
 from autoconfig.training.space import AxisChoices
 from autoconfig.training.stack import SoftwareFeatures, Stack, load_stack
 
@@ -101,6 +102,7 @@ def inputs_from_options(*, stack: Stack | None = None,
     out = Path(output_dir) if output_dir else (
         Path("autoconfig-out") / f"{spec.name}-{gpu_spec.name}-{nodes}n")
     stack = stack or load_stack(None)
+    check_fp8_recipe(software or stack.features, stack.features, workload, gpu_spec)
     return SearchInputs(model=spec, workload=workload, cluster=cluster, choices=choices,
                         objective=objective, top=top, output_dir=out, stack=stack,
                         software=software or stack.features)

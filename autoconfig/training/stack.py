@@ -19,6 +19,7 @@ import numpy as np
 from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.paths import heuristics_dir
+from autoconfig.training.fp8 import recipe_name
 from autoconfig.yamlio import load_yaml, sourced_field
 
 DEFAULT_STACK = "megatron-lm"
@@ -123,6 +124,11 @@ class SoftwareFeatures:
     reduce-scatters a layer's gradients while earlier layers run backward, so only
     what exceeds the micro-batch's compute, plus the first layer's gather that
     nothing precedes, is exposed; off: all of it."""
+
+    fp8_recipe: str = ""
+    """FP8 runs: the Transformer Engine recipe (``autoconfig.training.fp8``:
+    delayed, tensorwise, mxfp8, blockwise); empty: the one the Megatron-Bridge
+    recipes run on the GPU's generation (heuristics/fp8.yaml default_recipe)."""
 
     moe_dispatcher: str = "allgather"
     """How MoE layers move tokens to their experts (``MOE_DISPATCHERS``):
@@ -242,6 +248,8 @@ def _check(features: SoftwareFeatures, where: str) -> None:
     if features.moe_dispatcher not in MOE_DISPATCHERS:
         raise CatalogError(f"{where}: unknown MoE dispatcher {features.moe_dispatcher!r}: "
                            f"allowed are {', '.join(MOE_DISPATCHERS)}")
+    if features.fp8_recipe:
+        recipe_name(features.fp8_recipe, f"{where}: fp8_recipe")
     if features.attention_kernel not in ATTENTION_KERNELS:
         raise CatalogError(f"{where}: unknown attention kernel {features.attention_kernel!r}: "
                            f"allowed are {', '.join(ATTENTION_KERNELS)}")
@@ -309,7 +317,7 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "moe_grouped_gemm": "moe_grouped_gemm"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
-             "moe_imbalance", "moe_capacity_factor")
+             "moe_imbalance", "moe_capacity_factor", "fp8_recipe")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -335,6 +343,8 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
             raise InputError(f"invalid --moe-capacity-factor {capacity:g}: must be in (0, 64], "
                              "or 0 for dropless")
         changes["moe_capacity_factor"] = float(capacity)
+    if overrides.get("fp8_recipe"):
+        changes["fp8_recipe"] = recipe_name(overrides["fp8_recipe"])
     dispatcher = overrides.get("moe_dispatcher")
     if dispatcher is not None:
         if dispatcher not in MOE_DISPATCHERS:
@@ -366,6 +376,8 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
         flags += ["--grad-reduce-dtype", grad_reduce_dtype(features)]
     if features.moe_dispatcher != stack.moe_dispatcher:
         flags += ["--moe-dispatcher", features.moe_dispatcher]
+    if features.fp8_recipe != stack.fp8_recipe:
+        flags += ["--fp8-recipe", features.fp8_recipe]
     for name in ("moe_imbalance", "moe_capacity_factor"):
         if getattr(features, name) != getattr(stack, name):
             flags += [f"--{name.replace('_', '-')}", f"{getattr(features, name):g}"]

@@ -46,6 +46,7 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
+from autoconfig.training.fp8 import cast_bytes_per_element, run_recipe
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -516,7 +517,8 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     linear = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, True)
     total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
     if workload.precision == "fp8":
-        total = total + _fp8_cast_bytes_per_layer(model, tokens, t)
+        total = total + _fp8_cast_bytes_per_layer(
+            model, tokens, t, cast_bytes_per_element(run_recipe(sw.fp8_recipe, gpu)))
     factor = c.elementwise_traffic_factor / hbm
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8
@@ -804,17 +806,19 @@ def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
     return np.where(cp > 1, (cp - 1.0) * per_step / hbm_bytes_per_s, 0.0)
 
 
-def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t):
+def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: float = 4.0):
     """Bytes one layer's forward moves to cast its GEMM inputs to FP8 on one GPU.
 
     Transformer Engine casts each linear layer's bf16 input to FP8 and writes its
-    transpose for the weight-gradient GEMM in the same kernel
-    (``fp8_cast_transpose_fused``: read 2 B, write 1 + 1 B per element): the QKV
-    and first-MLP inputs whole (h per token, gathered over TP), the projection and
-    second-MLP inputs split (h/t and f/t; SwiGLU's f is after the gate). The
-    backward casts the output gradients the same way, which the 3 x forward of
-    elementwise work already counts. Not there in bf16."""
-    return 4.0 * tokens * (2.0 * model.hidden_size + (model.hidden_size + model.ffn_hidden_size) / t)
+    transpose for the weight-gradient GEMM in the same kernel (delayed scaling's
+    ``fp8_cast_transpose_fused``: read 2 B, write 1 + 1 B per element; the other
+    recipes' figures, ``bytes_per_element``, are derived in heuristics/fp8.yaml):
+    the QKV and first-MLP inputs whole (h per token, gathered over TP), the
+    projection and second-MLP inputs split (h/t and f/t; SwiGLU's f is after the
+    gate). The backward casts the output gradients the same way, which the
+    3 x forward of elementwise work already counts. Not there in bf16."""
+    return bytes_per_element * tokens * (2.0 * model.hidden_size
+                                         + (model.hidden_size + model.ffn_hidden_size) / t)
 
 
 def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: float,

@@ -21,6 +21,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 MODEL_SOURCES = ("core/comm.py", "core/model.py", "core/plan.py", "core/hardware.py",
                  "core/catalog.py", "training/step_time.py", "training/stack.py",
                  "training/activations.py", "training/memory.py", "training/moe_overlap.py",
+                 "training/fp8.py",
                  "validation/runs.py", "validation/scoring.py",
                  "validation/calibration.py")
 
@@ -31,7 +32,7 @@ def store_path() -> Path:
 
 def _model_files() -> list[Path]:
     """The step-time model: its code, constants, stacks, GPU and model catalogs."""
-    return [heuristics_dir() / "perf.yaml", *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
+    return [heuristics_dir() / "perf.yaml", heuristics_dir() / "fp8.yaml", *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
             *sorted((configs_dir() / "gpus").glob("*.yaml")),
             # rows may name catalog models (the MoE runs)
             *sorted((configs_dir() / "models").glob("*.yaml")),

@@ -176,14 +176,17 @@ def _gpu_name(gpu_type: str) -> str | None:
 
 
 def _fp8_recipe(text: str) -> str:
-    """The FP8 recipe a precision text names: MXFP8 (also written FP8-MX), current
-    scaling (FP8-CS); empty otherwise."""
+    """The FP8 recipe a precision text names (``autoconfig.training.fp8``): MXFP8
+    (also written FP8-MX), current scaling (FP8-CS: tensorwise), another block
+    granularity (blockwise); empty where it names none (the stack's default)."""
     text = text.upper()
     if "FP8" not in text:
         return ""
     if "MX" in text:
         return "mxfp8"
-    return "current-scaling" if "FP8-CS" in text else ""
+    if "FP8-CS" in text:
+        return "tensorwise"
+    return "blockwise" if "GRANULARITY" in text and "NOT STATED" not in text else ""
 
 
 def _precision(text: str) -> str | None:
@@ -247,12 +250,15 @@ def row_to_run(row: dict) -> Run:
     measure, measured = _measured(row, settings)
     mem_text = row.get("mem_gb_measured") or ""
     stack, software = _software(row, settings)
+    recipe = _fp8_recipe(row["precision"])
+    if recipe:
+        software = dataclasses.replace(software, fp8_recipe=recipe)
     return Run(**base, model=model, workload=workload, plan=plan, cluster=cluster,
                stack=stack, software=software, measure=measure, measured=measured,
                memory_bytes=_memory_bytes(row), oom=mem_text == "OOM",
                memory_kind=_memory_kind(row), memory_stage=_memory_stage(row),
                memory_recipe=_memory_recipe(row, settings), skip_reason=reason,
-               assumptions=tuple(assumptions), fp8_recipe=_fp8_recipe(row["precision"]),
+               assumptions=tuple(assumptions), fp8_recipe=recipe,
                throughput_benchmark=bool(settings.get("throughput_benchmark", True)))
 
 

@@ -22,7 +22,11 @@ from autoconfig.validation.runs import Run, load_runs
 TARGET_MAPE_PCT = 10.0
 TARGET_MAPE_S01_PCT = 5.0
 TARGET_SPEARMAN = 0.8
-TARGET_HELD_OUT_MAPE_PCT = 9.0
+TARGET_HELD_OUT_MAPE_PCT = 7.0
+TARGET_HELD_OUT_SOURCE_PCT = 12.0
+TARGET_HELD_OUT_SPEARMAN = 0.6
+LONG_CONTEXT_TOKENS = 16384
+"""Sequences from this length on count as long context (attention dominates)."""
 MIN_GROUP = 2
 
 
@@ -277,10 +281,63 @@ def targets(report: ValidationReport, stored: dict | None) -> list[tuple[str, fl
     held = stored["held_out_overall_pct"]
     out.append(("throughput MAPE overall, leave-one-source-out", held,
                 f"<= {TARGET_HELD_OUT_MAPE_PCT:g}%", held <= TARGET_HELD_OUT_MAPE_PCT))
+    worst, worst_pct = max(stored["held_out_pct"].items(), key=lambda kv: kv[1])
+    out.append((f"worst source held out ({worst})", worst_pct,
+                f"<= {TARGET_HELD_OUT_SOURCE_PCT:g}%", worst_pct <= TARGET_HELD_OUT_SOURCE_PCT))
     rho = stored["held_out_spearman_weighted"]
     out.append(("within-group Spearman (weighted), leave-one-source-out", rho,
-                f">= {TARGET_SPEARMAN:g}", bool(rho >= TARGET_SPEARMAN)))
+                f">= {TARGET_HELD_OUT_SPEARMAN:g}", bool(rho >= TARGET_HELD_OUT_SPEARMAN)))
     return out
+
+
+def run_families(run: Run) -> tuple[str, ...]:
+    """The families of runs whose errors ``validate`` prints apart: long context,
+    TP of 4 or more inside one node, deep pipelines, MoE, and each FP8 recipe."""
+    from autoconfig.training.fp8 import run_recipe
+    plan, families = run.plan, []
+    if run.workload.seq_len >= LONG_CONTEXT_TOKENS or plan.cp > 1:
+        families.append(f"long context (seq >= {LONG_CONTEXT_TOKENS // 1024}K or CP > 1)")
+    if 4 <= plan.tp <= run.cluster.gpus_per_node:
+        families.append("TP >= 4 inside a node")
+    if plan.pp >= 16:
+        families.append("PP >= 16")
+    if run.model.is_moe:
+        families.append("MoE")
+    if run.workload.precision == "fp8":
+        families.append(f"FP8 {run_recipe(run.software.fp8_recipe, run.cluster.gpu)}")
+    else:
+        families.append(run.workload.precision.upper())
+    return tuple(families)
+
+
+def family_figures(report: ValidationReport, held_out: dict | None
+                   ) -> list[tuple[str, int, float, float]]:
+    """(family, rows, in-sample MAPE %, held-out MAPE % or nan) per family."""
+    members: dict[str, list[RowResult]] = {}
+    for r in report.rows:
+        for family in run_families(r.run):
+            members.setdefault(family, []).append(r)
+    out = []
+    for family in sorted(members):
+        rows = members[family]
+        inside = float(np.mean([r.abs_pct_error for r in rows]))
+        held = float("nan")
+        if held_out:
+            errors = [abs(held_out[r.run.record_id] - r.measured_step_s) / r.measured_step_s * 100
+                      for r in rows if r.run.record_id in held_out]
+            held = float(np.mean(errors)) if errors else held
+        out.append((family, len(rows), inside, held))
+    return out
+
+
+def format_families(report: ValidationReport, stored: dict | None) -> list[str]:
+    held_out = stored["held_out_predictions"] if stored else None
+    lines = ["Throughput MAPE per family (a row may be in several):",
+             "  family                                   rows  in-sample  held out"]
+    for family, n, inside, held in family_figures(report, held_out):
+        shown = f"{held:7.1f}%" if np.isfinite(held) else "    n/a"
+        lines.append(f"  {family:40s} {n:4d}  {inside:8.1f}%  {shown}")
+    return lines
 
 
 def format_cross_validation(stored: dict | None, why: str) -> list[str]:

@@ -1,0 +1,83 @@
+"""FP8 training recipes: which one a run uses, where it can run, what it costs.
+
+The recipe decides how Transformer Engine scales FP8 tensors (Megatron
+``--fp8-recipe``): ``delayed`` (amax history of earlier steps), ``tensorwise``
+(current scaling: the tensor's own amax, one more pass over it), ``mxfp8``
+(a scale per 32 elements, Blackwell's block-scaled tensor cores) and
+``blockwise`` (1x128 / 128x128 blocks). The GEMMs run at the generation's FP8
+rate whatever the recipe; what differs is the quantisation traffic
+(heuristics/fp8.yaml ``cast_bytes_per_element``).
+"""
+
+from functools import lru_cache
+
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.heuristics import heuristics_path, load_heuristics, sourced_entry
+from autoconfig.yamlio import sourced_field
+
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+ALIASES = {"current": "tensorwise", "current-scaling": "tensorwise", "subchannel": "blockwise"}
+"""Other names users and tables give the recipes (Megatron-Bridge: fp8_cs, fp8_sc)."""
+
+
+def recipe_name(name: str, where: str = "--fp8-recipe") -> str:
+    """The canonical recipe name; InputError naming the allowed ones."""
+    canonical = ALIASES.get(name, name)
+    if canonical not in FP8_RECIPES:
+        raise InputError(f"invalid {where} {name!r}: allowed are {', '.join(FP8_RECIPES)} "
+                         f"(or {', '.join(ALIASES)})")
+    return canonical
+
+
+@lru_cache(maxsize=None)
+def _table(key: str) -> dict:
+    data = load_heuristics("fp8")
+    where = str(heuristics_path("fp8"))
+    raw = data.get(key)
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: missing mapping {key!r}")
+    if key == "generations":
+        return {name: tuple(sourced_field(raw, name, where)[0]) for name in raw}
+    return {name: sourced_entry(raw, name, where).value for name in raw}
+
+
+def default_recipe(generation: str) -> str:
+    """The recipe the stacks run on ``generation`` when none is asked for."""
+    defaults = _table("default_recipe")
+    if generation not in defaults:
+        raise InputError(f"no FP8 recipe for GPU generation {generation!r}: heuristics/fp8.yaml "
+                         f"default_recipe has {', '.join(defaults)}")
+    return recipe_name(str(defaults[generation]), "heuristics/fp8.yaml default_recipe")
+
+
+def run_recipe(asked: str, gpu) -> str:
+    """The recipe a run on ``gpu`` uses: ``asked`` (empty: the generation's
+    default), checked against the generations that can run it."""
+    recipe = recipe_name(asked) if asked else default_recipe(gpu.generation)
+    allowed = _table("generations").get(recipe, ())
+    if gpu.generation not in allowed:
+        raise InputError(f"invalid --fp8-recipe {recipe} on {gpu.name} ({gpu.generation}): it "
+                         f"runs on {', '.join(allowed)} GPUs only")
+    return recipe
+
+
+def cast_bytes_per_element(recipe: str) -> float:
+    """HBM bytes per GEMM-input element the recipe's quantisation moves."""
+    return float(_table("cast_bytes_per_element")[recipe_name(recipe)])
+
+
+def check_fp8_recipe(software, stack_features, workload, gpu) -> None:
+    """InputError for a recipe the GPU cannot run, or one asked (beyond the
+    stack's own) of a run that is not FP8."""
+    if workload.precision == "fp8":
+        run_recipe(software.fp8_recipe, gpu)
+    elif software.fp8_recipe != stack_features.fp8_recipe:
+        raise InputError(f"--fp8-recipe {software.fp8_recipe} needs --precision fp8 (the run "
+                         f"is {workload.precision})")
+
+
+def precision_label(workload, software, gpu) -> str:
+    """The precision as reports print it: ``fp8 (mxfp8)`` names the recipe."""
+    if workload.precision != "fp8":
+        return workload.precision
+    return f"fp8 ({run_recipe(software.fp8_recipe, gpu)})"
