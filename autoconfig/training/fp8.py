@@ -70,7 +70,8 @@ def check_fp8_recipe(software, stack_features, workload, gpu) -> None:
     """InputError for a recipe the GPU cannot run, or one asked (beyond the
     stack's own) of a run that is not FP8."""
     if workload.precision == "fp8":
-        run_recipe(software.fp8_recipe, gpu)
+        if gpu.peak_fp8_tflops is not None:  # no FP8 at all is the precision's own error
+            run_recipe(software.fp8_recipe, gpu)
     elif software.fp8_recipe != stack_features.fp8_recipe:
         raise InputError(f"--fp8-recipe {software.fp8_recipe} needs --precision fp8 (the run "
                          f"is {workload.precision})")
