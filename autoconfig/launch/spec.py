@@ -22,7 +22,7 @@ from autoconfig.heuristics import load_heuristics
 from autoconfig.core.catalog import published_schedule
 from autoconfig.launch.encdec import family_tokenizer
 from autoconfig.launch.moe import MoeLaunch, MoeRouter, moe_launch
-from autoconfig.training.fp8 import run_recipe
+from autoconfig.training.fp8 import workload_recipe
 from autoconfig.training.stack import (DEFAULT_STACK, LAUNCHED_FRAMEWORK, SoftwareFeatures,
                                        grad_reduce_dtype, load_stack)
 from autoconfig.yamlio import sourced_field
@@ -181,9 +181,7 @@ class LaunchSpec:
     def fp8_recipe(self) -> str | None:
         """Megatron-LM --fp8-recipe: the stack's (or --fp8-recipe's), else what the
         recipes run on the GPU generation (None for bf16)."""
-        if self.workload.precision != "fp8":
-            return None
-        return run_recipe(self.software.fp8_recipe, self.cluster.gpu)
+        return workload_recipe(self.workload, self.software, self.cluster.gpu)
 
     @property
     def fp8_format(self) -> str | None:

@@ -35,7 +35,7 @@ from autoconfig.errors import InputError
 from autoconfig.profiling import store
 from autoconfig.training.stack import SoftwareFeatures, load_stack
 from autoconfig.training.step_time import PerfConstants, load_constants
-from autoconfig.validation.calibration import (BOUNDS, FREE, get_value, informed, nelder_mead,
+from autoconfig.validation.calibration import (BOUNDS, FREE, bounded_fit, get_value, informed,
                                                with_values)
 from autoconfig.validation.crossval_store import model_fingerprint
 from autoconfig.validation.runs import Run
@@ -97,7 +97,7 @@ def measured_runs(results_dirs) -> list[Run]:
                             model_name=model.name, model=model, workload=workload, plan=plan,
                             cluster=cluster, stack=stack, software=software,
                             measure="step_time_s", measured=float(record["step_time_s"]),
-                            assumptions=(f"device={record.get('device', meta.get('device'))}",)))
+                            device=str(record.get("device", meta.get("device")))))
     return runs
 
 
@@ -123,7 +123,7 @@ def _setting(meta: dict, folder: Path):
 def device_of(runs: list[Run]) -> str:
     """cuda or cpu; InputError when CPU-proxy and GPU records are mixed (the proxy's
     figures must not move GPU constants)."""
-    devices = {a.split("=", 1)[1] for r in runs for a in r.assumptions if a.startswith("device=")}
+    devices = {r.device for r in runs}
     if "cpu" in devices and devices - {"cpu"}:
         raise InputError("records from the CPU proxy and from GPUs: calibrate the GPU result "
                          "folders alone (CPU figures never calibrate GPU predictions)")
@@ -162,22 +162,14 @@ def calibrate(runs: list[Run], base: PerfConstants | None = None) -> Calibration
     base = base or load_constants()
     keys = free_keys(runs)
     defaults = {k: get_value(base, k) for k in keys}
-    scale = np.array([max(abs(defaults[k]), 1e-3) for k in keys])
 
-    def objective(x):
-        values = dict(zip(keys, x * scale))
-        for k, v in values.items():
-            low, high = _ALL_BOUNDS[k[0]]
-            if not low <= v <= high:
-                return 1e9
+    def objective(values):
         data = _mean_sq_log_error(runs, with_values(base, values))
         prior = sum(_prior_penalty(k, v, defaults[k]) for k, v in values.items())
         # the prior weighs as one typical (5%) measurement error per constant over all records
         return data + 0.0025 * prior / len(runs)
 
-    x0 = np.array([defaults[k] for k in keys]) / scale
-    best, _ = nelder_mead(objective, x0, steps=np.full(len(keys), 0.05), iterations=ITERATIONS)
-    values = dict(zip(keys, (float(v) for v in best * scale)))
+    values = bounded_fit(keys, defaults, _ALL_BOUNDS, objective, 0.05, ITERATIONS)
     fitted = with_values(base, values)
     before, after = evaluate_rows(runs, base), evaluate_rows(runs, fitted)
     records = tuple({"store": r.run.source_id, "plan": plan_label(r.run.plan),

@@ -104,12 +104,8 @@ def load_rounds(results_dir: Path) -> list[dict]:
 
 
 def append_round(results_dir: Path, data: dict) -> None:
-    """One line per round event, appended like a store record."""
-    line = json.dumps(data, default=str) + "\n"
-    path = Path(results_dir) / ROUNDS_FILE
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
+    """One line per round event, appended as the store appends a record."""
+    store.append_json_line(Path(results_dir) / ROUNDS_FILE, data)
 
 
 def unfinished_round(results_dir: Path, st: RoundState) -> list:

@@ -111,10 +111,14 @@ def write_plans(out_dir: Path, plans_df: pd.DataFrame, meta: dict) -> None:
 
 
 def append_record(out_dir: Path, record: dict) -> None:
-    """Append one record as one line: a single write, flushed and fsync'ed. After
-    a torn last line (a crash mid-write) the record starts a line of its own."""
-    line = json.dumps(record, sort_keys=False, default=_json_default) + "\n"
-    path = out_dir / RESULTS_FILE
+    """Append one record to the store's results file (``append_json_line``)."""
+    append_json_line(out_dir / RESULTS_FILE, record)
+
+
+def append_json_line(path: Path, data: dict) -> None:
+    """Append ``data`` as one JSON line: a single write, flushed and fsync'ed. After
+    a torn last line (a crash mid-write) it starts a line of its own."""
+    line = json.dumps(data, sort_keys=False, default=_json_default) + "\n"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
     try:
         size = os.fstat(fd).st_size
@@ -228,11 +232,13 @@ RETRY_CHOICES = ("failed", "oom", "error", "timeout", "cancelled", "node_fail")
 """What ``--retry`` takes: a status, or ``failed`` for every status but ok."""
 
 
-def retry_statuses(retry) -> frozenset[str]:
-    """The record statuses ``--retry`` values name (``failed``: all but ok)."""
+def retry_statuses(retry, failed=None) -> frozenset[str]:
+    """The statuses ``--retry`` values name: each status itself, and ``failed``
+    every one in ``failed`` (default: every record status but ok)."""
+    failed = set(KNOWN_STATUSES) - {"ok"} if failed is None else set(failed)
     statuses = set()
     for value in retry or ():
-        statuses |= set(KNOWN_STATUSES) - {"ok"} if value == "failed" else {value}
+        statuses |= failed if value == "failed" else {value}
     return frozenset(statuses)
 
 

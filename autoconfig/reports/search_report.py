@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
-from autoconfig.training.fp8 import precision_label, run_recipe
+from autoconfig.training.fp8 import precision_label, workload_recipe
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import active_params, total_params
 from autoconfig.core.plan import Plan, describe_plan, recompute_label
@@ -135,8 +135,8 @@ def best_document(result: SearchResult, spec: LaunchSpec | None = None, index: i
                     "gpus": c.num_gpus},
         "workload": {"global_batch_size": w.global_batch_size, "seq_len": w.seq_len,
                      "precision": w.precision,
-                     **({"fp8_recipe": run_recipe(result.software.fp8_recipe, c.gpu)}
-                        if w.precision == "fp8" else {})},
+                     **({"fp8_recipe": recipe} if (recipe := workload_recipe(
+                         w, result.software, c.gpu)) else {})},
         "objective": result.objective,
         "chosen_by": "measurement" if measured else "prediction",
         "plan": plan_document(result.plans.plan(index)),

@@ -55,23 +55,19 @@ def load_record(out_dir: Path, setting: Setting) -> dict | None:
     return record if isinstance(record, dict) and record.get("status") in STATUSES else None
 
 
-def retry_statuses(retry) -> frozenset[str]:
-    """Setting statuses that ``--retry`` values name (``failed``: profile_failed, error)."""
-    statuses = set()
-    for value in retry or ():
-        statuses |= {"profile_failed", "error"} if value == "failed" else {value}
-    return frozenset(statuses)
+FAILED_SETTINGS = ("profile_failed", "error")
+"""The setting statuses ``--retry failed`` runs again."""
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
               progress=None, echo=None, retry=(), calibration=None) -> list[dict]:
     """Run every setting without a final record, and those whose record has a
-    status ``retry`` names (``retry_statuses``; a profiled setting run again also
+    status ``retry`` names (``failed``: ``FAILED_SETTINGS``; a profiled setting run again also
     runs its failed plans again); return all records in the sweep's order.
     ``calibration`` (a file of ``autoconfig calibrate``) applies to the settings on
     the GPU it was fitted on; the others use the shipped constants."""
-    again = retry_statuses(retry)
-    from autoconfig.profiling.store import lock
+    from autoconfig.profiling.store import lock, retry_statuses
+    again = retry_statuses(retry, FAILED_SETTINGS)
     out_dir = Path(out_dir)
     echo = echo or (lambda text: print(text, file=sys.stderr))
     records = []

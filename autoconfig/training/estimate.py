@@ -1,7 +1,7 @@
 """Predictions for one plan the user gives (``autoconfig estimate``), the same
 computation ``autoconfig validate`` scores against published runs."""
 
-from autoconfig.training.fp8 import run_recipe
+from autoconfig.training.fp8 import workload_recipe
 from autoconfig.core.plan import PlanTable
 from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, encoder_decoder_memory,
                                         stage_breakdown, usable_bytes)
@@ -27,8 +27,8 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
         "nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
         "global_batch_size": workload.global_batch_size, "seq_len": workload.seq_len,
         "precision": workload.precision,
-        **({"fp8_recipe": run_recipe(software.fp8_recipe, cluster.gpu)}
-           if workload.precision == "fp8" else {}),
+        **({"fp8_recipe": fp8} if (fp8 := workload_recipe(workload, software,
+                                                          cluster.gpu)) else {}),
         "plan": plan.to_dict(),
         "stack": stack,
         "software": {"tp_comm_overlap": software.tp_comm_overlap,

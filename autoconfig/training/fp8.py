@@ -77,8 +77,14 @@ def check_fp8_recipe(software, stack_features, workload, gpu) -> None:
                          f"is {workload.precision})")
 
 
+def workload_recipe(workload, software, gpu) -> str | None:
+    """The recipe a run uses: None unless it is an FP8 run."""
+    if workload.precision != "fp8":
+        return None
+    return run_recipe(software.fp8_recipe, gpu)
+
+
 def precision_label(workload, software, gpu) -> str:
     """The precision as reports print it: ``fp8 (mxfp8)`` names the recipe."""
-    if workload.precision != "fp8":
-        return workload.precision
-    return f"fp8 ({run_recipe(software.fp8_recipe, gpu)})"
+    recipe = workload_recipe(workload, software, gpu)
+    return workload.precision if recipe is None else f"{workload.precision} ({recipe})"

@@ -46,7 +46,7 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
-from autoconfig.training.fp8 import cast_bytes_per_element, run_recipe
+from autoconfig.training.fp8 import cast_bytes_per_element, workload_recipe
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -518,7 +518,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
     if workload.precision == "fp8":
         total = total + _fp8_cast_bytes_per_layer(
-            model, tokens, t, cast_bytes_per_element(run_recipe(sw.fp8_recipe, gpu)))
+            model, tokens, t, cast_bytes_per_element(workload_recipe(workload, sw, gpu)))
     factor = c.elementwise_traffic_factor / hbm
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8

@@ -156,22 +156,32 @@ def _fit_keys(runs, base: PerfConstants, free, iterations: int) -> PerfConstants
     start = with_values(base, fixed)
     if not keys:
         return start
-    scale = np.array([max(abs(get_value(start, k)), 1e-3) for k in keys])
-    x0 = np.array([get_value(start, k) for k in keys]) / scale
-
-    def objective(x):
-        values = x * scale
-        for k, v in zip(keys, values):
-            low, high = BOUNDS[k[0]]
-            if not low <= v <= high:
-                return 1e9
-        return loss(runs, with_values(start, dict(zip(keys, values))))
-
-    best, _ = nelder_mead(objective, x0, steps=np.full(len(keys), 0.1), iterations=iterations)
-    fitted = with_values(start, dict(zip(keys, best * scale)))
+    best = bounded_fit(keys, {k: get_value(start, k) for k in keys}, BOUNDS,
+                       lambda values: loss(runs, with_values(start, values)), 0.1, iterations)
+    fitted = with_values(start, best)
     # A generation left without rows follows its predecessor's fitted value.
     late = {k: prior(fitted, k, {}) for k in free if k not in keys and k[0] == "gemm_efficiency_max"}
     return with_values(fitted, late)
+
+
+def bounded_fit(keys, start: dict, bounds: dict, objective, step: float,
+                iterations: int) -> dict:
+    """{key: value} minimising ``objective({key: value})`` from ``start`` by
+    Nelder-Mead on values scaled by their start (steps of ``step`` of it), each
+    kept inside ``bounds[key[0]]``."""
+    scale = np.array([max(abs(start[k]), 1e-3) for k in keys])
+
+    def scaled(x):
+        values = x * scale
+        for k, v in zip(keys, values):
+            low, high = bounds[k[0]]
+            if not low <= v <= high:
+                return 1e9
+        return objective(dict(zip(keys, values)))
+
+    x0 = np.array([start[k] for k in keys]) / scale
+    best, _ = nelder_mead(scaled, x0, steps=np.full(len(keys), step), iterations=iterations)
+    return dict(zip(keys, (float(v) for v in best * scale)))
 
 
 def nelder_mead(f, x0, steps, iterations=300, tol=1e-7):

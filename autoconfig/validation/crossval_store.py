@@ -32,7 +32,8 @@ def store_path() -> Path:
 
 def _model_files() -> list[Path]:
     """The step-time model: its code, constants, stacks, GPU and model catalogs."""
-    return [heuristics_dir() / "perf.yaml", heuristics_dir() / "fp8.yaml", *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
+    return [heuristics_dir() / "perf.yaml", heuristics_dir() / "fp8.yaml",
+            *sorted((heuristics_dir() / "stacks").glob("*.yaml")),
             *sorted((configs_dir() / "gpus").glob("*.yaml")),
             # rows may name catalog models (the MoE runs)
             *sorted((configs_dir() / "models").glob("*.yaml")),

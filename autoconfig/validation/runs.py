@@ -121,9 +121,13 @@ class Run:
     deterministic mode): used for memory and plan ranking, not for throughput MAPE."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
     fp8_recipe: str = ""
-    """The FP8 scaling recipe where the row names one (``mxfp8``, ``current-scaling``);
-    empty for bf16 and for FP8 without a stated recipe. The model runs every recipe
-    as ``fp8``, so plans are ranked only against plans of the same recipe."""
+    """The FP8 recipe where the row names one (``mxfp8``, ``tensorwise``,
+    ``blockwise``; also set in ``software``), empty for bf16 and for FP8 without a
+    stated recipe (the stack's default). Plans are ranked only against plans of
+    the same stated recipe."""
+    device: str = ""
+    """Where a profiling record was measured (``cuda``, ``cpu``); empty for
+    published runs."""
 
     @property
     def usable(self) -> bool:

@@ -43,6 +43,13 @@ class RowResult:
     def abs_pct_error(self) -> float:
         return abs(self.predicted / self.measured - 1.0) * 100.0
 
+    def with_predicted_step(self, step_s: float) -> "RowResult":
+        """The same row predicted at another step time (the figure follows it)."""
+        from dataclasses import replace
+        tokens_per_gpu = self.run.workload.tokens_per_step / self.run.cluster.num_gpus
+        return replace(self, predicted_step_s=step_s,
+                       predicted=self.run.predicted_measure(step_s, tokens_per_gpu / step_s))
+
 
 @dataclass(frozen=True)
 class GroupResult:
@@ -258,8 +265,7 @@ def weighted_spearman(groups) -> float:
 
 def held_out_groups(report: ValidationReport, predictions: dict) -> list[GroupResult]:
     """Spearman per group with every row predicted with its source left out."""
-    from dataclasses import replace
-    rows = [replace(r, predicted_step_s=predictions.get(r.run.record_id, r.predicted_step_s))
+    rows = [r.with_predicted_step(predictions.get(r.run.record_id, r.predicted_step_s))
             for r in report.ranking_rows]
     return rank_groups(rows)
 
@@ -293,7 +299,7 @@ def targets(report: ValidationReport, stored: dict | None) -> list[tuple[str, fl
 def run_families(run: Run) -> tuple[str, ...]:
     """The families of runs whose errors ``validate`` prints apart: long context,
     TP of 4 or more inside one node, deep pipelines, MoE, and each FP8 recipe."""
-    from autoconfig.training.fp8 import run_recipe
+    from autoconfig.training.fp8 import precision_label
     plan, families = run.plan, []
     if run.workload.seq_len >= LONG_CONTEXT_TOKENS or plan.cp > 1:
         families.append(f"long context (seq >= {LONG_CONTEXT_TOKENS // 1024}K or CP > 1)")
@@ -303,10 +309,7 @@ def run_families(run: Run) -> tuple[str, ...]:
         families.append("PP >= 16")
     if run.model.is_moe:
         families.append("MoE")
-    if run.workload.precision == "fp8":
-        families.append(f"FP8 {run_recipe(run.software.fp8_recipe, run.cluster.gpu)}")
-    else:
-        families.append(run.workload.precision.upper())
+    families.append(precision_label(run.workload, run.software, run.cluster.gpu).upper())
     return tuple(families)
 
 
@@ -322,8 +325,8 @@ def family_figures(report: ValidationReport, held_out: dict | None
         rows = members[family]
         inside = float(np.mean([r.abs_pct_error for r in rows]))
         held = float("nan")
-        if held_out:
-            errors = [abs(held_out[r.run.record_id] - r.measured_step_s) / r.measured_step_s * 100
+        if held_out:   # the measured figure's error, as the per-source held-out MAPE
+            errors = [r.with_predicted_step(held_out[r.run.record_id]).abs_pct_error
                       for r in rows if r.run.record_id in held_out]
             held = float(np.mean(errors)) if errors else held
         out.append((family, len(rows), inside, held))
