@@ -13,8 +13,18 @@ from autoconfig.paths import configs_dir
 def test_every_gpu_file_loads(path: Path) -> None:
     gpu = catalog.gpu_from_yaml(path)
     assert gpu.name == path.stem
-    assert gpu.peak_bf16_tflops > 100
-    assert gpu.hbm_capacity_gb >= 40
+    # Units (TFLOP/s, decimal GB): the smallest catalog GPUs are the 24 GB inference
+    # cards (L4, A10G at 70 TFLOP/s); a figure in the wrong unit is off by 1000.
+    assert 50 < gpu.peak_bf16_tflops < 10_000
+    assert 16 <= gpu.hbm_capacity_gb <= 1_000
+    # Relations every GPU keeps: dense FP8 is twice dense BF16 where there is FP8;
+    # the scale-out network is no faster than the in-node link, which is slower than
+    # the GPU's own memory; a node fits in its NVLink (or PCIe) domain.
+    assert gpu.peak_fp8_tflops is None or \
+        gpu.peak_fp8_tflops == pytest.approx(2 * gpu.peak_bf16_tflops, rel=0.01)
+    assert gpu.internode_bandwidth_gb_per_s <= gpu.nvlink_bandwidth_gb_per_s \
+        < gpu.hbm_bandwidth_gb_per_s
+    assert gpu.gpus_per_node <= gpu.nvlink_domain_gpus
 
 
 @pytest.mark.parametrize("path", sorted((configs_dir() / "models").glob("*.yaml")), ids=lambda p: p.stem)

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import click
 
-from autoconfig.cli.options import model_options
+from autoconfig.cli.options import IntListOrAuto, model_options
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
+from autoconfig.inference import engine as engines
+from autoconfig.inference.latency import MODES
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
 from autoconfig.profiling import executors
 from autoconfig.profiling.spec import DEVICES
@@ -55,8 +57,33 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput",
               show_default=True, help="Rank by cluster tokens/s, request latency, or tokens/s "
               "per GPU (cost).")
+@click.option("--engine", "engine_name", type=click.Choice(engines.names()),
+              default=engines.DEFAULT_ENGINE, show_default=True,
+              help="Serving engine (heuristics/engines/*.yaml): its batching, KV cache, "
+                   "all-reduce and per-step costs.")
+@click.option("--batching", type=click.Choice(MODES), default=None,
+              help="static: each batch served together start to end; continuous: requests "
+                   "join and leave every step, steady state at a concurrency (default: the "
+                   "engine's batching; static when --batch is given).")
+@click.option("--batch", type=IntListOrAuto, default=None,
+              help="Static batch sizes to try, any integers, e.g. 12 or 1,12,48 (default: "
+                   "powers of two up to --max-batch).")
+@click.option("--concurrency", type=IntListOrAuto, default=None,
+              help="Continuous batching: requests in flight per replica to predict, e.g. "
+                   "32,64 (default: the largest meeting the limits).")
+@click.option("--request-rate", type=float, default=None,
+              help="Continuous batching: requests/s the whole cluster must serve; each layout "
+                   "at the concurrency that rate brings (Little's law).")
+@click.option("--disaggregated", is_flag=True,
+              help="Also rank serving with prefill and decode on separate GPU pools (the KV "
+                   "cache moved between them), as rows beside aggregated serving.")
+@click.option("--tp", type=IntListOrAuto, default=None,
+              help="Tensor-parallel sizes to try, e.g. 8 or 8,16 (default auto; TP across "
+                   "nodes where the engine runs it).")
+@click.option("--pp", type=IntListOrAuto, default=None,
+              help="Pipeline-parallel sizes (default auto: divisors of the layers).")
 @click.option("--max-batch", type=int, default=DEFAULT_MAX_BATCH, show_default=True,
-              help="Largest request batch tried (powers of two up to it).")
+              help="Largest static batch (powers of two up to it) or concurrency tried.")
 @click.option("--top", type=int, default=DEFAULT_TOP, show_default=True, help="Layouts to print.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
@@ -87,7 +114,9 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "(repeatable; failed: every status but ok).")
 def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
           gpus_per_node, input_len, output_len, max_ttft_ms, max_tpot_ms, max_latency_ms,
-          min_throughput, precision, objective, max_batch, top, fmt, plots, output_dir,
+          min_throughput, precision, objective, engine_name, batching, batch, concurrency,
+          request_rate, disaggregated, tp,
+          pp, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
           dry_run, calibration, retry) -> None:
     """Rank inference layouts (TP, PP, batch, replicas) by predicted throughput or
@@ -96,7 +125,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     Writes infer.csv, infer.md, infer.json and infer_pareto.png."""
     from autoconfig.inference import report
     from autoconfig.inference.plan import InferenceWorkload
-    from autoconfig.inference.search import Limits, search
+    from autoconfig.inference.search import Limits, Pins, search
 
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          input_len + output_len)
@@ -116,6 +145,16 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
     workload = InferenceWorkload(input_len, output_len, precision)
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
+    engine = engines.get_engine(engine_name)
+    engines.check_precision(engine, precision)
+    if batch and concurrency:
+        raise InputError("give either --batch (static batches) or --concurrency (continuous "
+                         "batching), not both")
+    if concurrency and batching == "static":
+        raise InputError("--concurrency needs --batching continuous (static batches take "
+                         "--batch)")
+    mode = batching or ("continuous" if concurrency or request_rate else None)
+    pins = Pins(tp=tuple(tp or ()), pp=tuple(pp or ()), batch=tuple(batch or concurrency or ()))
     options = None
     if profile:
         from autoconfig.profiling.inference_sweep import InferProfileOptions, check
@@ -126,7 +165,10 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
         check(options)
     from autoconfig.profiling.calibrate import constants_for
     constants, note = constants_for(calibration, cluster.gpu.name)
-    result = search(spec, workload, cluster, objective, limits, max_batch, constants)
+    result = search(spec, workload, cluster, objective, limits, max_batch, constants, engine,
+                    mode, pins, request_rate, disaggregated)
+    if fmt != "json":
+        click.echo(report.engine_line(result, engine_name == engines.DEFAULT_ENGINE), err=True)
     if note:
         click.echo(note, err=True)
     out = Path(output_dir) if output_dir else (

@@ -1,65 +1,81 @@
-"""Analytical latency of static-batch inference, vectorised over an InferencePlanTable.
+"""Analytical latency of serving, vectorised over an InferencePlanTable.
 
-One request batch of ``b`` prompts of ``s_in`` tokens is prefilled, then
-``s_out - 1`` decode steps generate the rest (the prefill's logits give the
-first output token):
+**One engine step of one pipeline stage** processes ``n_d`` sequences that
+each generate one token (decode, reading a KV context of ``c_d`` tokens) and
+``n_p`` prompt tokens (prefill, causal context ``c_p``), on each GPU of the
+stage:
 
-    TTFT    = prefill time
-    TPOT    = one decode step
+    t_stage = max(t_gpu, kernels * t_launch)
+    t_gpu   = max(compute, memory) + tp_comm + p2p (+ MoE dispatch)
+
+- compute: the weight GEMMs of the stage's layers and the output layer (2 FLOPs
+  per weight per token, Kaplan et al. 2020, Table 1) by the training model's
+  GEMM law ``step_time.gemm_time_s``: decode tokens at the large-GEMM
+  efficiency (M = infinity: their weight stream is ``memory``'s), prompt tokens
+  at the efficiency of a GEMM as tall as the step's tokens, ``1 + f r (1/M +
+  1/N + 1/K)`` slower, the same law training is validated with. A 128-token
+  prompt pays about 2x, a 2,048-token one about 1.1x: short prompts are not
+  compute-bound at the large-GEMM rate. Plus the attention core ``4 * context
+  * h / tp`` per token and layer (QK^T and AV) at the large-GEMM efficiency;
+  fp8 weights run ``fp8_gemm_speedup`` faster, as in training.
+- memory: the stage's weights once per step at ``hbm_efficiency``, the
+  KV cache written, and the decode KV cache read (``n_d * c_d`` tokens of K and
+  V) at the engine's ``decode_attention_hbm_efficiency``: at long contexts and
+  large batches this read, not the weights, sets TPOT, and paged or masked
+  attention kernels stream it well below the copy bandwidth. Max with compute:
+  the roofline switch between memory- and compute-bound (Williams et al. 2009).
+- tp_comm: 2 all-reduces per layer of ``tokens * h`` bf16 activations
+  (Shoeybi et al. 2019, Sec. 3) by the engine's algorithm for that size
+  (``autoconfig.inference.collectives``: one-shot for small decode messages,
+  NCCL's ring for the rest and across nodes).
+- p2p: the activations sent to the next stage (NVLink in a domain, else InfiniBand).
+- kernel floor: a stage launches ``layers * kernels_per_layer`` kernels; the GPU
+  can run a step no faster than the host issues them (``kernel_launch_s``:
+  eager launches, or CUDA-graph replay). Launches are asynchronous, hence the
+  max: a small model at batch 1 is launch-bound whatever its FLOPs, a large one
+  never is. This is the per-step cost that does not shrink with the model.
+- the engine's host ``step_overhead_s`` (scheduling, sampling, input
+  preparation) is added once per engine step, outside the stages.
+
+**Static batches** (every engine, and the ``static`` mode of in-flight ones:
+``b`` requests that arrive together). Prefill of the whole batch, then
+``s_out - 1`` decode steps:
+
+    TTFT    = (m + pp - 1) * t_stage(prefill of b/m prompts) + prefill steps * overhead
+    TPOT    = max(m, pp) * t_stage(decode of b/m) + overhead
     latency = TTFT + (s_out - 1) * TPOT
 
-**One pipeline stage, one micro-batch of ``n`` requests** (per GPU; the last
-stage, which holds the output layer, is the slowest and sets the pace):
+with ``m`` micro-batches (a power of two <= b, the best for each phase; GPipe
+fill and drain, Huang et al. 2019, Sec. 2.2; FasterTransformer and megatron-core
+split a pipelined batch the same way). An engine that chunks prompts runs
+``ceil(b s_in / max_batched_tokens)`` prefill steps, each paying its overhead.
 
-    t_stage = max(compute, memory) + tp_comm + p2p
+**Continuous batching at steady state** (``continuous`` mode): ``C`` requests
+in flight per replica, each arriving as another leaves (a closed loop, as
+serving benchmarks at a fixed concurrency run). A request lives about
+``s_out`` steps, so each step starts ``C / s_out`` new requests: beside ``C``
+decode tokens it prefills ``C s_in / s_out`` prompt tokens (Agrawal et al.
+2024, Sarathi-Serve: chunked prefills piggybacked on decodes). With ``pp``
+stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight:
 
-- compute: the four weight GEMMs of each layer of the stage and the output
-  layer (2 FLOPs per weight per token: Kaplan et al. 2020, Table 1), timed by
-  the training model's GEMM roofline ``step_time.gemm_time_s`` (large-GEMM
-  efficiency and size penalty of heuristics/perf.yaml, fp8 weight GEMMs
-  ``fp8_gemm_speedup`` faster, as in training) without its 1/M term, which is
-  the weight traffic that ``memory`` below counts explicitly, plus the attention core ``4 * context * h / tp`` per token and
-  layer (QK^T and AV; prefill averages the causal context ``s_in / 2``) at the
-  large-GEMM efficiency;
-- memory: every weight of the stage once per micro-batch, plus the KV cache
-  read (decode: ``n * context`` tokens of K and V) and written, at HBM
-  bandwidth times ``hbm_efficiency`` (perf.yaml). Decode at small batch is
-  memory-bound, at large batch compute-bound: the max of the two (roofline,
-  Williams et al. 2009);
-- tp_comm: 2 all-reduces per layer of ``n * tokens * h`` bf16 activations
-  (after attention and after the MLP; Shoeybi et al. 2019, Sec. 3), costed
-  with the alpha-beta ring of ``autoconfig.core.comm`` (``comm_latency_s`` per
-  hop): at decode's small messages the 2 (t-1) hop latencies dominate;
-- p2p: one send of the activations to the next stage (NVLink inside a node,
-  InfiniBand when a replica spans nodes), alpha-beta.
+    TPOT = pp * t_stage(C/pp decodes + their prompt share) + overhead
+    TTFT = TPOT / 2 + chunks * (pp * t_stage(decodes + one prompt chunk) + overhead)
 
-**Pipeline.** With ``pp > 1`` the batch is split into ``m`` micro-batches of
-``b/m`` requests that flow through the stages one behind the other:
-
-- prefill (one pass): ``(m + pp - 1) * t_stage(b/m)``, the GPipe fill/drain
-  formula (Huang et al. 2019, Sec. 2.2: bubble ``(K-1)/(M+K-1)``); megatron-core's
-  static inference does this split in
-  ``AbstractModelInferenceWrapper.forward_pass_with_pipeline_parallel_large_input_batch``;
-- decode (steady state): each micro-batch's next token needs one trip through
-  all ``pp`` stages, and each stage serves the ``m`` micro-batches in turn, so
-  a token step of the whole batch takes ``max(m, pp) * t_stage(b/m)``
-  (FasterTransformer's pipelined GPT splits the batch into micro-batches the
-  same way: docs/gpt_guide.md). Memory-bound stages gain nothing from
-  splitting (m = 1 is best), compute-bound ones up to ``pp`` times.
-
-Each plan takes the ``m`` (a power of two <= b) that minimises its time,
-separately for prefill and decode.
+(half a step waiting for the next step to start, then the prompt in chunks of
+the step's token budget, or whole where the engine does not chunk).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
+from autoconfig.core.comm import members_in_domain, p2p_s
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
                                    attention_weight_params, layer_matmul_flops_per_token,
                                    logits_flops_per_token)
+from autoconfig.inference.collectives import tp_allreduce_s
+from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
@@ -69,6 +85,7 @@ from autoconfig.training.step_time import (BF16_BYTES, PerfConstants, _layer_gem
 ALLREDUCES_PER_LAYER = 2
 """Forward of a Megatron layer: one after the attention output projection, one
 after the MLP down projection (Shoeybi et al. 2019, Sec. 3, the g operator)."""
+MODES = ("static", "continuous")
 
 
 @dataclass(frozen=True)
@@ -80,67 +97,96 @@ class InferenceLatency:
     latency_s: np.ndarray
     prefill_microbatches: np.ndarray
     decode_microbatches: np.ndarray
-    prefill_microbatch_requests: np.ndarray
-    """Requests per prefill micro-batch (sets the activation memory)."""
+    activation_tokens: np.ndarray
+    """Tokens of the largest forward pass a GPU runs (sets the activation memory)."""
     decode_tp_comm_s: np.ndarray
     """TP all-reduce seconds inside one decode step (for reports)."""
 
 
-def _stage_times(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-                 cluster: Cluster, c: PerfConstants, requests, tokens_per_request: float,
-                 context: float, logits_tokens_per_request: float) -> tuple:
-    """(stage seconds, its tp-comm part) of micro-batches of ``requests`` (broadcast shape)."""
+@dataclass(frozen=True)
+class StepLoad:
+    """What one engine step of one stage processes (arrays broadcast against (plans, K))."""
+
+    decode_seqs: object
+    decode_context: float
+    prefill_tokens: object
+    prefill_context: float
+    logits_rows: object
+
+
+def _gemms_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer) -> tuple:
+    """(weight GEMMs of one layer, of one MoE layer or None): decode tokens at M =
+    infinity, prompt tokens at M = the step's tokens (module doc)."""
+    height = np.where(prefill_tokens > 0, np.maximum(decode_tokens + prefill_tokens, 1.0),
+                      np.inf)
+
+    def both(flops, n, k):
+        return timer(flops * decode_tokens, np.inf, n, k) + \
+            timer(flops * prefill_tokens, height, n, k)
+    dense = sum(both(flops, n, k) for flops, n, k, _ in _layer_gemms(model, tp))
+    if not model.is_moe:
+        return dense, None
+    moe = sum(both(flops, n, k) for flops, n, k, _ in _layer_gemms(model, tp, 0))
+    moe = moe + both(_moe_flops_per_token(model) / tp, model.hidden_size,
+                     model.moe_ffn_hidden_size)
+    return dense, moe
+
+
+def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
+                  cluster: Cluster, c: PerfConstants, engine: Engine, load: StepLoad) -> tuple:
+    """(seconds of one engine step of one stage, its tp-comm part): the module doc's t_stage."""
     gpu = cluster.gpu
     tp = plans.tp.astype(float)[:, None]
     pp = plans.pp.astype(float)[:, None]
     layers = model.num_layers / pp
-    tokens = requests * tokens_per_request
+    n_d = np.asarray(load.decode_seqs, dtype=float)
+    n_p = np.asarray(load.prefill_tokens, dtype=float)
+    tokens = n_d + n_p
     nbytes = workload.bytes_per_value
 
     speedup = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
     peak = gpu.peak_bf16_tflops * 1e12
     eff = c.efficiency_max(gpu)
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+
+    def timer(flops, m, n, k):
+        return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor)
+
+    dense, moe = _gemms_s(model, tp, n_d, n_p, timer)
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)[:, None]
-    # M = inf: the size penalty's 1/M term is the weight traffic, which ``memory`` counts.
-    layer_gemms = sum(gemm_time_s(flops * tokens, np.inf, n, k, peak, eff, ridge,
-                                  c.gemm_size_factor)
-                      for flops, n, k, _ in _layer_gemms(model, tp))
     ep_comm = 0.0
+    layer_gemms = dense
     if model.is_moe:
-        moe_gemms = sum(gemm_time_s(flops * tokens, np.inf, n, k, peak, eff, ridge,
-                                    c.gemm_size_factor)
-                        for flops, n, k, _ in _layer_gemms(model, tp, 0))
-        moe_gemms = moe_gemms + gemm_time_s(_moe_flops_per_token(model) / tp * tokens, np.inf,
-                                            model.hidden_size, model.moe_ffn_hidden_size, peak,
-                                            eff, ridge, c.gemm_size_factor)
         share = model.layers_of("moe") / model.num_layers
-        layer_gemms = (1.0 - share) * layer_gemms + share * moe_gemms
+        layer_gemms = (1.0 - share) * dense + share * moe
         weights = weights - _untouched_expert_bytes(model, plans, nbytes, tokens)
         ep_comm = layers * share * _dispatch_combine_s(model, cluster, c, plans, tokens)
-    logits_tokens = requests * logits_tokens_per_request
-    logits = gemm_time_s(logits_flops_per_token(model) / tp * logits_tokens, np.inf,
-                         model.vocab_size / tp, model.hidden_size, peak, eff, ridge,
-                         c.gemm_size_factor)
-    attention = layers * attention_core_flops_per_token(model, context) / tp * tokens
+    logits = timer(logits_flops_per_token(model) / tp * load.logits_rows, np.inf,
+                   model.vocab_size / tp, model.hidden_size)
+    attention = layers / tp * (attention_core_flops_per_token(model, load.decode_context) * n_d
+                               + attention_core_flops_per_token(model, load.prefill_context)
+                               * n_p)
     compute = (layers * layer_gemms + logits) / speedup + attention / (eff * peak)
 
-    hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    hbm = gpu.hbm_bandwidth_gb_per_s * 1e9
     kv_per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)[:, None]
-    kv_read = kv_per_token * requests * (context if tokens_per_request == 1 else 0.0)
-    kv_write = kv_per_token * tokens
-    memory = (weights + kv_read + kv_write) / hbm
+    kv_read = kv_per_token * n_d * load.decode_context
+    streamed = weights + kv_per_token * tokens
+    memory = (streamed / (hbm * c.hbm_efficiency)
+              + kv_read / (hbm * engine.decode_attention_hbm_efficiency))
 
     message = tokens * model.hidden_size * ACTIVATION_BYTES
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     k = members_in_domain(tp, 1, cluster.nvlink_domain_gpus)
     tp_comm = (layers * ALLREDUCES_PER_LAYER
-               * hierarchical_allreduce_s(message, tp, k, nv, ib, c.comm_latency_s))
+               * tp_allreduce_s(message, tp, k, nv, ib, c.comm_latency_s, engine))
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
-    return np.maximum(compute, memory) + tp_comm + p2p + ep_comm, tp_comm
+    gpu_s = np.maximum(compute, memory) + tp_comm + p2p + ep_comm
+    launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
+    return np.maximum(gpu_s, launches), tp_comm
 
 
 def _moe_flops_per_token(model: ModelSpec) -> float:
@@ -188,23 +234,50 @@ def _microbatch_choices(batch: np.ndarray) -> np.ndarray:
 
 
 def latency(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-            cluster: Cluster, constants: PerfConstants | None = None) -> InferenceLatency:
-    """TTFT, TPOT and request latency of every plan (formulas in the module doc)."""
+            cluster: Cluster, constants: PerfConstants | None = None,
+            engine: Engine | None = None, mode: str = "static") -> InferenceLatency:
+    """TTFT, TPOT and request latency of every plan (formulas in the module doc);
+    ``plans.batch`` is the static batch, or the concurrency in ``continuous`` mode."""
     c = constants or load_constants()
+    engine = engine or get_engine(None)
+    if mode == "continuous":
+        return _continuous(model, workload, plans, cluster, c, engine)
+    return _static(model, workload, plans, cluster, c, engine)
+
+
+def _prefill_steps(engine: Engine, prompt_tokens):
+    """Engine steps a prefill of ``prompt_tokens`` takes (chunks of the step budget)."""
+    if engine.chunked_prefill and engine.max_batched_tokens:
+        return np.ceil(np.asarray(prompt_tokens, dtype=float) / engine.max_batched_tokens)
+    return np.ones_like(np.asarray(prompt_tokens, dtype=float))
+
+
+def _largest_pass(engine: Engine, prompt_tokens):
+    """Tokens of the largest forward pass: the prompts, or one step's budget where
+    the engine chunks them."""
+    if engine.chunked_prefill and engine.max_batched_tokens:
+        return np.minimum(prompt_tokens, engine.max_batched_tokens)
+    return prompt_tokens
+
+
+def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     batch = plans.batch.astype(float)
     pp = plans.pp.astype(float)[:, None]
+    s_in, s_out = workload.input_len_tokens, workload.output_len_tokens
     m = _microbatch_choices(batch)
     m = np.where(pp > 1, m, np.where(m == 1, 1.0, np.nan))   # no split without a pipeline
     requests = batch[:, None] / m
+    overhead = engine.step_overhead_s
 
-    prefill_stage, _ = _stage_times(model, workload, plans, cluster, c, requests,
-                                    workload.input_len_tokens,
-                                    workload.input_len_tokens / 2.0, 1.0)
-    prefill = np.where(np.isnan(m), np.inf, (m + pp - 1.0) * prefill_stage)
-    context = workload.input_len_tokens + workload.output_len_tokens / 2.0
-    decode_stage, tp_comm = _stage_times(model, workload, plans, cluster, c, requests, 1,
-                                         context, 1.0)
-    decode = np.where(np.isnan(m), np.inf, np.maximum(m, pp) * decode_stage)
+    prefill_stage, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+        decode_seqs=0.0, decode_context=0.0, prefill_tokens=requests * s_in,
+        prefill_context=s_in / 2.0, logits_rows=requests))
+    prefill = np.where(np.isnan(m), np.inf, (m + pp - 1.0) * prefill_stage
+                       + _prefill_steps(engine, batch[:, None] * s_in) * overhead)
+    decode_stage, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+        decode_seqs=requests, decode_context=s_in + s_out / 2.0, prefill_tokens=0.0,
+        prefill_context=0.0, logits_rows=requests))
+    decode = np.where(np.isnan(m), np.inf, np.maximum(m, pp) * decode_stage + overhead)
 
     rows = np.arange(len(plans))
     best_prefill = np.argmin(prefill, axis=1)
@@ -212,9 +285,37 @@ def latency(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     ttft = prefill[rows, best_prefill]
     tpot = decode[rows, best_decode]
     return InferenceLatency(
-        ttft_s=ttft, tpot_s=tpot,
-        latency_s=ttft + (workload.output_len_tokens - 1) * tpot,
+        ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
         prefill_microbatches=m[rows, best_prefill], decode_microbatches=m[rows, best_decode],
-        prefill_microbatch_requests=requests[rows, best_prefill],
+        activation_tokens=_largest_pass(engine, requests[rows, best_prefill] * s_in),
         decode_tp_comm_s=np.broadcast_to(tp_comm, m.shape)[rows, best_decode]
         * np.maximum(m, pp)[rows, best_decode])
+
+
+def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
+    """Steady state of an in-flight engine at concurrency ``plans.batch`` (module doc)."""
+    pp = plans.pp.astype(float)[:, None]
+    s_in, s_out = workload.input_len_tokens, workload.output_len_tokens
+    running = plans.batch.astype(float)[:, None] / pp       # sequences per micro-batch
+    prompt_share = running * s_in / s_out
+    overhead = engine.step_overhead_s
+    context = s_in + s_out / 2.0
+    step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+        decode_seqs=running, decode_context=context, prefill_tokens=prompt_share,
+        prefill_context=s_in / 2.0, logits_rows=running))
+    tpot = pp * step + overhead
+    budget = engine.max_batched_tokens if engine.chunked_prefill and \
+        engine.max_batched_tokens else None
+    chunk = np.full_like(running, float(s_in)) if budget is None else \
+        np.clip(budget - running, 1.0, float(s_in))
+    chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+        decode_seqs=running, decode_context=context, prefill_tokens=chunk,
+        prefill_context=s_in / 2.0, logits_rows=running + 1.0))
+    ttft = tpot / 2.0 + np.ceil(s_in / chunk) * (pp * chunk_step + overhead)
+    ones = np.ones(len(plans))
+    ttft, tpot = ttft[:, 0], tpot[:, 0]
+    return InferenceLatency(
+        ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
+        prefill_microbatches=ones * plans.pp, decode_microbatches=ones * plans.pp,
+        activation_tokens=(running + np.maximum(prompt_share, chunk))[:, 0],
+        decode_tp_comm_s=(pp * tp_comm)[:, 0])

@@ -8,12 +8,19 @@
   (``autoconfig.training.memory.stage_params``).
 - KV cache (GQA-aware): keys and values of every layer of the stage for every
   token of every request of the batch, ``2 * (L/pp) * kv_heads/tp * head_dim *
-  bytes * batch * (input + output)``; megatron-core's StaticInferenceContext
-  allocates it for ``max_batch_size x max_sequence_length`` up front
-  (``megatron/core/inference/contexts/static_context.py``). KV heads are split
-  over ``tp`` and replicated when ``tp > kv_heads`` (at least one per GPU).
+  bytes`` per token. KV heads are split over ``tp`` and replicated when ``tp >
+  kv_heads`` (at least one per GPU). Tokens held per request
+  (``kv_tokens_per_request``): a contiguous cache reserves the whole sequence
+  up front (megatron-core's StaticInferenceContext allocates ``max_batch_size x
+  max_sequence_length``, ``megatron/core/inference/contexts/static_context.py``;
+  FasterTransformer likewise); a paged cache holds only the tokens written so
+  far, in whole blocks (Kwon et al. 2023, PagedAttention, Sec. 4.2), so at
+  steady state under continuous batching a request holds ``input + output/2``
+  on average, rounded up to the engine's block, and a static batch peaks at the
+  whole sequence.
 - activations: nothing is kept for a backward pass, so only the largest
-  tensors of one layer on the biggest prefill micro-batch are alive at once:
+  tensors of one layer on the largest forward pass (the latency model's
+  ``activation_tokens``: a prefill micro-batch, or a continuous step's budget) are alive at once:
   the residual stream and the normed input (2h), the QKV output ((h + 2 kv)/t)
   and the MLP intermediate (u f / t, u = 2 for SwiGLU), in bf16, plus the fp32
   logits of the last token of each request (4 V / t bytes; megatron-core's
@@ -112,21 +119,34 @@ def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
     return layers * moe_share * local * expert_params(model) * bytes_per_value
 
 
+def kv_tokens_per_request(workload: InferenceWorkload, block_tokens: int | None,
+                          steady_state: bool) -> float:
+    """KV-cache tokens one request holds (module doc): the whole sequence for a
+    contiguous cache or a static batch's peak; ``input + output/2`` in whole
+    blocks for a paged cache at steady state."""
+    if not block_tokens:
+        return float(workload.total_len_tokens)
+    held = workload.input_len_tokens + (workload.output_len_tokens / 2.0 if steady_state
+                                        else workload.output_len_tokens)
+    return float(np.ceil(held / block_tokens) * block_tokens)
+
+
 def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-                   prefill_microbatch) -> InferenceMemory:
-    """Memory per GPU of every plan; ``prefill_microbatch`` is the requests per
-    prefill micro-batch the latency model chose (array, one per plan)."""
+                   activation_tokens, kv_tokens: float | None = None) -> InferenceMemory:
+    """Memory per GPU of every plan; ``activation_tokens``: tokens of the largest
+    forward pass the latency model chose (array, one per plan); ``kv_tokens``:
+    KV tokens per request (default the whole sequence)."""
     fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
     tp = plans.tp.astype(float)
     nbytes = workload.bytes_per_value
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)
     kv = (kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)
-          * plans.batch * workload.total_len_tokens)
+          * plans.batch * (workload.total_len_tokens if kv_tokens is None else kv_tokens))
     h, kvh, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
     if model.is_moe:  # the routed copies of a token and the shared experts
         f = model.moe_topk * model.moe_ffn_hidden_size + model.moe_shared_expert_ffn_hidden_size
     up = 2 if model.mlp_kind == "swiglu" else 1
-    tokens = np.asarray(prefill_microbatch, dtype=float) * workload.input_len_tokens
+    tokens = np.asarray(activation_tokens, dtype=float)
     per_token = 2.0 * h + (h + 2.0 * kvh) / tp + up * f / tp
     activations = (tokens * per_token * ACTIVATION_BYTES
                    + plans.batch * model.vocab_size / tp * LOGITS_BYTES)

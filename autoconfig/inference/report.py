@@ -26,19 +26,49 @@ TOP_HEADERS = ("#", "TP", "PP", "batch", "replicas", "TTFT ms", "TPOT ms", "late
                "Pareto")
 
 
+def _split(result: InferenceSearchResult) -> bool:
+    return "prefill_instances" in result.table.columns
+
+
 def top_headers(result: InferenceSearchResult) -> tuple[str, ...]:
-    """TOP_HEADERS, with EP after PP for an MoE model."""
-    return TOP_HEADERS[:3] + ("EP",) + TOP_HEADERS[3:] if result.model.is_moe else TOP_HEADERS
+    """TOP_HEADERS, with EP after PP for an MoE model and the serving split when asked."""
+    headers = TOP_HEADERS[:3] + ("EP",) + TOP_HEADERS[3:] if result.model.is_moe \
+        else TOP_HEADERS
+    return headers + ("prefill pool",) if _split(result) else headers
+
+
+def _pool(r) -> str:
+    """``4 x tp2 pp1 b2`` for a disaggregated row's prefill pool, '' for aggregated serving."""
+    if getattr(r, "serving", "aggregated") != "disaggregated":
+        return "-"
+    return (f"{int(r.prefill_instances)} x tp{int(r.prefill_tp)} pp{int(r.prefill_pp)} "
+            f"b{int(r.prefill_batch)}")
 
 
 def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
     moe = result.model.is_moe
+    split = _split(result)
     return [(i + 1, r.tp, r.pp, *((r.ep,) if moe else ()), r.batch, r.replicas,
              f"{r.ttft_ms:.4g}", f"{r.tpot_ms:.4g}",
              f"{r.latency_ms:.5g}", f"{r.tokens_per_s_per_replica:.5g}",
              f"{r.tokens_per_s_per_gpu:.4g}", f"{r.tokens_per_s_total:.5g}",
-             f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "")
+             f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "",
+             *((_pool(r),) if split else ()))
             for i, r in enumerate(result.table.head(n).itertuples(index=False))]
+
+
+def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
+    """Which engine and batching the numbers describe (the default says why it is one)."""
+    from autoconfig.inference.engine import DEFAULT_REASON
+
+    e = result.engine
+    if e is None:
+        return ""
+    why = f" (the default: {DEFAULT_REASON}; --engine picks another)" if is_default else ""
+    what = ("continuous batching at steady state: 'batch' is the requests in flight per "
+            "replica" if result.mode == "continuous" else
+            "static batches: 'batch' requests served together")
+    return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
 def headline(result: InferenceSearchResult) -> str:
@@ -46,7 +76,9 @@ def headline(result: InferenceSearchResult) -> str:
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
     return (f"{m.name} ({format_count(total_params(m))} params{active}) inference on {c.nodes} x "
             f"{c.gpus_per_node} {c.gpu.name}, input {w.input_len_tokens}, output "
-            f"{w.output_len_tokens} tokens, {w.precision}, objective {result.objective}")
+            f"{w.output_len_tokens} tokens, {w.precision}, objective {result.objective}"
+            + (f", engine {result.engine.name} ({result.mode} batching)" if result.engine
+               else ""))
 
 
 def rejection_lines(result: InferenceSearchResult) -> list[str]:
@@ -69,6 +101,8 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "input_len_tokens": result.workload.input_len_tokens,
             "output_len_tokens": result.workload.output_len_tokens,
             "precision": result.workload.precision, "objective": result.objective,
+            "engine": result.engine.name if result.engine else None,
+            "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}
 
@@ -85,8 +119,12 @@ def markdown(result: InferenceSearchResult, top: int) -> str:
         tabulate(front_rows, headers=("TP", "PP", "batch", "replicas", "latency ms",
                                       "tok/s/GPU"), tablefmt="github"), "",
         "## Pruned", "", *[f"- {line.strip()}" for line in rejection_lines(result)], "",
-        "Predicted by autoconfig/inference (static batching: TTFT = prefill, latency = "
-        "TTFT + (output - 1) x TPOT).", ""])
+        "Predicted by autoconfig/inference/latency.py ("
+        + ("continuous batching at steady state: 'batch' is the requests in flight per "
+           "replica, each layout at the largest that meets the limits"
+           if result.mode == "continuous" else
+           "static batching: TTFT = prefill, latency = TTFT + (output - 1) x TPOT")
+        + (f"; engine {result.engine.name}" if result.engine else "") + ").", ""])
 
 
 def write_report(result: InferenceSearchResult, out_dir: Path, top: int,

@@ -1,10 +1,22 @@
-"""Search serving layouts: enumerate (TP, PP, batch), predict, prune, rank, Pareto front.
+"""Search serving layouts: enumerate (TP, PP, EP, batch), predict, prune, rank, Pareto front.
 
-Candidates: TP a power of two within one NVLink domain that divides the heads
-and the KV heads (megatron-core needs ``num_query_groups % tp == 0``); PP a
-divisor of the layers; batch a power of two up to ``max_batch``; replicas =
-GPUs // (TP * PP). Plans that do not fit in memory, or miss a latency or
-throughput limit, are pruned and counted by reason. Pure: no printing, no files.
+Candidates: TP sizes that divide the heads, with the KV heads split evenly or
+replicated (``kv % tp == 0`` or ``tp % kv == 0``), inside one NVLink domain or,
+where the engine runs TP across nodes, up to the cluster; PP a divisor of the
+layers (1 where the engine has no pipeline); replicas = GPUs // (TP * PP).
+
+Two modes (``autoconfig.inference.latency``):
+
+- ``static``: ``batch`` requests served together; candidates are the batches
+  given (any sizes) or powers of two up to ``max_batch``; one row per plan.
+- ``continuous``: ``batch`` is the concurrency (requests in flight per replica)
+  at steady state; candidates run over a grid of concurrencies up to the
+  engine's ``max_num_seqs`` (or the ones given), and each layout keeps the row
+  of the largest concurrency that fits in memory and meets every limit: the
+  layout's throughput at the limit, which is how serving layouts are compared.
+
+Plans that do not fit in memory, or miss a latency or throughput limit, are
+pruned and counted by reason. Pure: no printing, no files.
 """
 
 from dataclasses import dataclass, field
@@ -15,13 +27,15 @@ import pandas as pd
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
-from autoconfig.inference.latency import latency
-from autoconfig.inference.memory import fits, memory_per_gpu
+from autoconfig.inference.engine import Engine, get_engine
+from autoconfig.inference.latency import MODES, latency
+from autoconfig.inference.memory import fits, kv_tokens_per_request, memory_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.training.memory import usable_bytes
 
 OBJECTIVES = ("throughput", "latency", "cost")
 DEFAULT_MAX_BATCH = 256
+LAYOUT = ["tp", "pp", "ep", "replicas"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,24 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Pins:
+    """Layout values the user fixed (empty: search them)."""
+
+    tp: tuple[int, ...] = ()
+    pp: tuple[int, ...] = ()
+    batch: tuple[int, ...] = ()
+    """Static batch sizes, or concurrencies in continuous mode."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "batch"):
+            for value in getattr(self, name):
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                        or not 1 <= value <= MAX_COUNT:
+                    raise InputError(f"invalid --{name} {shown(value)}: must be a positive "
+                                     f"integer up to {MAX_COUNT}")
+
+
+@dataclass(frozen=True)
 class InferenceSearchResult:
     model: ModelSpec
     workload: InferenceWorkload
@@ -55,6 +87,8 @@ class InferenceSearchResult:
     rejected: dict = field(default_factory=dict)
     """Reason -> number of plans pruned for it."""
     candidates: int = 0
+    engine: Engine | None = None
+    mode: str = "static"
 
     @property
     def plans(self) -> list[InferencePlan]:
@@ -62,10 +96,14 @@ class InferenceSearchResult:
                 for r in self.table.itertuples()]
 
 
-def tp_choices(model: ModelSpec, cluster: Cluster) -> list[int]:
-    limit = min(cluster.nvlink_domain_gpus, cluster.num_gpus)
-    return [t for t in (1, 2, 4, 8, 16, 32, 64, 72) if t <= limit
-            and model.num_heads % t == 0 and model.num_kv_heads % t == 0]
+def tp_choices(model: ModelSpec, cluster: Cluster, across_nodes: bool = False) -> list[int]:
+    """TP sizes dividing the heads whose KV heads split evenly or replicate; within
+    one NVLink domain unless the engine runs TP across nodes."""
+    limit = cluster.num_gpus if across_nodes else min(cluster.nvlink_domain_gpus,
+                                                      cluster.num_gpus)
+    kv = model.num_kv_heads
+    return [t for t in range(1, limit + 1) if model.num_heads % t == 0
+            and (kv % t == 0 or t % kv == 0) and (t & (t - 1) == 0 or t in (6, 12, 24, 72))]
 
 
 def ep_choices(model: ModelSpec, tp: int, replicas: int) -> list[int]:
@@ -86,36 +124,92 @@ def pp_choices(model: ModelSpec, max_pp: int) -> list[int]:
     return [p for p in range(1, min(model.num_layers, max_pp) + 1) if model.num_layers % p == 0]
 
 
-def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int) -> InferencePlanTable:
+def concurrency_grid(top: int) -> list[int]:
+    """Concurrencies tried in continuous mode: every integer to 16, then steps
+    of about 1/8 of the value (a served concurrency is any integer, and the
+    limit is found to within about 12%)."""
+    values, c = [], 1
+    while c <= top:
+        values.append(c)
+        c += max(1, 2 ** max(0, int(np.log2(c)) - 3)) if c >= 16 else 1
+    return values
+
+
+def _batches(pins: Pins, mode: str, max_batch: int, engine: Engine) -> list[int]:
+    if pins.batch:
+        return sorted(set(pins.batch))
+    if mode == "continuous":
+        return concurrency_grid(min(max_batch, engine.max_num_seqs or max_batch))
+    return [2 ** i for i in range(int(np.log2(max_batch)) + 1)]
+
+
+def _check_pins(model: ModelSpec, cluster: Cluster, pins: Pins, engine: Engine) -> None:
+    gpus = cluster.num_gpus
+    for tp in pins.tp:
+        if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+            raise InputError(f"invalid --tp {tp}: must divide the {model.num_heads} heads of "
+                             f"{model.name} and divide or be a multiple of its "
+                             f"{model.num_kv_heads} KV heads")
+        if tp > gpus:
+            raise InputError(f"invalid --tp {tp}: the cluster has {gpus} GPUs")
+        if tp > cluster.nvlink_domain_gpus and not engine.tensor_parallel_across_nodes:
+            raise InputError(f"invalid --tp {tp}: engine {engine.name} keeps TP inside one "
+                             f"NVLink domain ({cluster.nvlink_domain_gpus} GPUs)")
+    for pp in pins.pp:
+        if model.num_layers % pp:
+            raise InputError(f"invalid --pp {pp}: must divide the {model.num_layers} layers "
+                             f"of {model.name}")
+        if pp > 1 and not engine.pipeline_parallel:
+            raise InputError(f"invalid --pp {pp}: engine {engine.name} has no pipeline "
+                             "parallelism; use --pp 1")
+
+
+def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int,
+                    engine: Engine | None = None, mode: str = "static",
+                    pins: Pins = Pins()) -> InferencePlanTable:
     if not 1 <= max_batch <= MAX_COUNT:
         raise InputError(f"invalid --max-batch {shown(max_batch)}: must be from 1 to {MAX_COUNT}")
+    engine = engine or get_engine(None)
+    _check_pins(model, cluster, pins, engine)
     gpus = cluster.num_gpus
-    batches = [2 ** i for i in range(int(np.log2(max_batch)) + 1)]
-    plans = [InferencePlan(t, p, b, gpus // (t * p), e)
-             for t in tp_choices(model, cluster) for p in pp_choices(model, gpus // t)
-             for e in ep_choices(model, t, gpus // (t * p)) for b in batches]
+    batches = _batches(pins, mode, max_batch, engine)
+    tps = list(pins.tp) or tp_choices(model, cluster, engine.tensor_parallel_across_nodes)
+    plans = []
+    for t in tps:
+        pps = list(pins.pp) or (pp_choices(model, gpus // t) if engine.pipeline_parallel
+                                else [1])
+        for p in pps:
+            if t * p > gpus:
+                continue
+            for e in ep_choices(model, t, gpus // (t * p)):
+                plans += [InferencePlan(t, p, b, gpus // (t * p), e) for b in batches]
     if not plans:
-        raise InfeasibleError(f"no TP size divides the {model.num_heads} heads and "
-                              f"{model.num_kv_heads} KV heads of {model.name} within "
-                              f"{gpus} GPUs")
+        raise InfeasibleError(f"no layout of {model.name} fits {gpus} GPUs: TP must divide "
+                              f"its {model.num_heads} heads and {model.num_kv_heads} KV "
+                              "heads, TP x PP at most the GPUs")
     return InferencePlanTable.from_plans(plans)
 
 
 def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-            cluster: Cluster, constants=None) -> pd.DataFrame:
+            cluster: Cluster, constants=None, engine: Engine | None = None,
+            mode: str = "static") -> pd.DataFrame:
     """Every prediction of every plan as one DataFrame row (no pruning); ``constants``:
     a calibration's (default heuristics/perf.yaml)."""
-    lat = latency(model, workload, plans, cluster, constants)
-    mem = memory_per_gpu(model, workload, plans, lat.prefill_microbatch_requests)
+    engine = engine or get_engine(None)
+    lat = latency(model, workload, plans, cluster, constants, engine, mode)
+    kv_tokens = kv_tokens_per_request(workload, engine.kv_block_tokens if engine.paged else None,
+                                      mode == "continuous")
+    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, kv_tokens)
     gpus = (plans.tp * plans.pp).astype(float)
     requests_per_s = plans.batch / lat.latency_s
     tokens_per_s = requests_per_s * workload.output_len_tokens
     return pd.DataFrame({
-        "tp": plans.tp, "pp": plans.pp, "ep": plans.ep, "batch": plans.batch,
+        "serving": "aggregated", "tp": plans.tp, "pp": plans.pp, "ep": plans.ep, "batch": plans.batch,
         "replicas": plans.replicas,
         "gpus_per_replica": gpus.astype(int),
         "ttft_ms": lat.ttft_s * 1e3, "tpot_ms": lat.tpot_s * 1e3,
         "latency_ms": lat.latency_s * 1e3,
+        "tokens_per_s_per_user": 1.0 / lat.tpot_s,
         "tokens_per_s_per_replica": tokens_per_s,
         "requests_per_s_per_replica": requests_per_s,
         "tokens_per_s_per_gpu": tokens_per_s / gpus,
@@ -142,15 +236,42 @@ def _limit_checks(limits: Limits):
 
 def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
            objective: str = "throughput", limits: Limits | None = None,
-           max_batch: int = DEFAULT_MAX_BATCH, constants=None) -> InferenceSearchResult:
+           max_batch: int = DEFAULT_MAX_BATCH, constants=None, engine: Engine | None = None,
+           mode: str | None = None, pins: Pins = Pins(),
+           request_rate_per_s: float | None = None,
+           disaggregated: bool = False) -> InferenceSearchResult:
     """Rank every serving layout; InfeasibleError (naming the best achievable)
-    when memory or a limit leaves nothing."""
+    when memory or a limit leaves nothing. ``mode`` defaults to the engine's
+    batching (static when batch sizes are pinned). ``request_rate_per_s``
+    (continuous only): each layout at the smallest concurrency whose steady
+    state serves that many requests/s on the whole cluster (Little's law: the
+    requests in flight are the rate times their latency). ``disaggregated``:
+    add prefill/decode-pool rows (``autoconfig.inference.disaggregated``)."""
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
+    engine = engine or get_engine(None)
+    mode = mode or ("static" if pins.batch else engine.batching)
+    if mode not in MODES:
+        raise InputError(f"invalid --batching {mode!r}: allowed are {', '.join(MODES)}")
+    if mode == "continuous" and not engine.continuous:
+        raise InputError(f"engine {engine.name} batches statically: use --batching static or "
+                         "an in-flight engine")
+    if request_rate_per_s is not None:
+        if not request_rate_per_s > 0:
+            raise InputError(f"invalid --request-rate {request_rate_per_s!r}: must be positive")
+        if mode != "continuous" or pins.batch:
+            raise InputError("--request-rate needs continuous batching and no --batch or "
+                             "--concurrency (the rate sets the concurrency)")
+    if disaggregated and not (engine.continuous and engine.disaggregated_prefill):
+        raise InputError(f"engine {engine.name} does not serve prefill and decode on separate "
+                         "GPUs: drop --disaggregated or pick an engine that does")
+    if disaggregated and (pins.batch or request_rate_per_s is not None or mode != "continuous"):
+        raise InputError("--disaggregated ranks pools at their limits: it takes continuous "
+                         "batching and no --batch, --concurrency or --request-rate")
     limits = limits or Limits()
     cluster.gpu.peak_tflops(workload.precision)    # InputError: fp8 on a GPU without it
-    plans = candidate_table(model, cluster, max_batch)
-    table = predict(model, workload, plans, cluster, constants)
+    plans = candidate_table(model, cluster, max_batch, engine, mode, pins)
+    table = predict(model, workload, plans, cluster, constants, engine, mode)
     rejected = {}
     keep = table["fits"].to_numpy(dtype=bool, copy=True)
     if not keep.any():
@@ -160,6 +281,13 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
             f"smallest needs {need:.1f} GiB per GPU of {usable_bytes(cluster.gpu) / 2**30:.1f}; "
             "use more GPUs, fp8, or shorter sequences")
     rejected["does not fit in memory"] = int((~keep).sum())
+    if request_rate_per_s is not None:
+        keep, short = _at_rate(table, keep, request_rate_per_s)
+        if not keep.any():
+            best = table[table["fits"]]["requests_per_s_total"].max()
+            raise InfeasibleError(f"no layout sustains --request-rate {request_rate_per_s:g} "
+                                  f"requests/s: the most any serves is {best:.3g}")
+        rejected["cannot sustain --request-rate"] = short
     for reason, column, bound, upper in _limit_checks(limits):
         values = table[column].to_numpy()
         ok = values <= bound if upper else values >= bound
@@ -173,12 +301,56 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                 f"{best[column]:.1f} {unit} (tp{best.tp} pp{best.pp} batch {best.batch})")
         rejected[reason] = int((keep & ~ok).sum())
         keep = keep & ok
-    kept = rank(table[keep], objective)
+    kept = table[keep]
+    if mode == "continuous" and not pins.batch and request_rate_per_s is None:
+        kept = at_limit(kept)
+        rejected["below the largest concurrency meeting the limits"] = \
+            int(keep.sum()) - len(kept)
+    if disaggregated:
+        split = _disaggregated(model, workload, cluster, constants, engine, limits, plans,
+                               max_batch)
+        if not split.empty:
+            kept = pd.concat([kept, split], ignore_index=True)
+    kept = rank(kept, objective)
     return InferenceSearchResult(model=model, workload=workload, cluster=cluster,
                                  objective=objective, limits=limits,
                                  table=kept.reset_index(drop=True),
                                  rejected={k: v for k, v in rejected.items() if v},
-                                 candidates=len(table))
+                                 candidates=len(table), engine=engine, mode=mode)
+
+
+def _disaggregated(model, workload, cluster, constants, engine, limits, plans,
+                   max_batch) -> pd.DataFrame:
+    from autoconfig.inference.disaggregated import disaggregated_rows
+    from autoconfig.training.step_time import load_constants
+
+    layouts = sorted({(int(t), int(p), int(e)) for t, p, e in zip(plans.tp, plans.pp, plans.ep)})
+    grid = concurrency_grid(min(max_batch, engine.max_num_seqs or max_batch))
+
+    def run(table, mode):
+        return predict(model, workload, table, cluster, constants, engine, mode)
+    efficiency = (constants or load_constants()).comm_bandwidth_efficiency
+    return disaggregated_rows(model, workload, cluster, engine, layouts, grid, run,
+                              limits.max_ttft_ms, limits.max_tpot_ms, efficiency)
+
+
+def _at_rate(table: pd.DataFrame, keep: np.ndarray, rate: float) -> tuple:
+    """(rows kept: each layout's smallest fitting concurrency serving ``rate``
+    requests/s, number of layouts that cannot)."""
+    enough = keep & (table["requests_per_s_total"].to_numpy() >= rate)
+    chosen = table[enough].sort_values("batch").groupby(LAYOUT, sort=False).head(1).index
+    mask = np.zeros(len(table), dtype=bool)
+    mask[chosen] = True
+    layouts = table[keep].groupby(LAYOUT).ngroups
+    return mask, layouts - len(chosen)
+
+
+def at_limit(table: pd.DataFrame) -> pd.DataFrame:
+    """Each layout's row at its largest kept concurrency (its throughput at the limit)."""
+    if table.empty:
+        return table
+    last = table.sort_values("batch", kind="stable").groupby(LAYOUT, sort=False).tail(1)
+    return last.sort_index()
 
 
 def rank(table: pd.DataFrame, objective: str) -> pd.DataFrame:

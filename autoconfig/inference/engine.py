@@ -1,0 +1,187 @@
+"""Serving engines: what the inference software does, as named, sourced data.
+
+An engine (``heuristics/engines/<name>.yaml``) says how it batches (static or
+in-flight), how it keeps the KV cache (contiguous or paged, block size), which
+all-reduce it runs at which message size, what an engine step costs on the host
+and per kernel launch, and how well its decode attention streams the KV cache.
+The latency model asks "does this engine launch through CUDA graphs?", never
+"which engine is this?"; users pick one with ``infer --engine``.
+"""
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.paths import heuristics_dir
+from autoconfig.yamlio import load_yaml, sourced_field
+
+DEFAULT_ENGINE = "tensorrt-llm"
+DEFAULT_REASON = ("NVIDIA's production serving engine (in-flight batching, paged KV cache, "
+                  "custom all-reduce) and the default back end of NVIDIA's AIConfigurator; "
+                  "FasterTransformer, the seed tool's engine, is its deprecated predecessor")
+"""Why the default is what it is (printed beside every answer)."""
+BATCHING = ("static", "continuous")
+KV_CACHES = ("contiguous", "paged")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What one serving engine does, where it changes latency or memory."""
+
+    name: str
+    display_name: str
+    version: str
+    batching: str
+    """static: a batch runs start to end together; continuous: requests join and
+    leave the running batch every step (iteration-level scheduling, Yu et al. 2022, Orca)."""
+    kv_cache: str
+    kv_block_tokens: int | None
+    """Tokens per paged KV block (None: contiguous, allocated for the whole sequence)."""
+    chunked_prefill: bool
+    max_batched_tokens: int | None
+    """Token budget of one engine step (prompt chunks plus decode tokens)."""
+    max_num_seqs: int | None
+    """Default cap on running sequences per replica."""
+    cuda_graphs: bool
+    one_shot_max_bytes: float | None
+    """All-reduces up to this size run the engine's one-shot kernel (None: never)."""
+    two_shot_max_bytes: float | None
+    """Up to this size two-shot; above it (or beyond ``max_custom_tp``) NCCL's ring."""
+    max_custom_tp: int
+    step_overhead_s: float
+    """Host time per engine step that the GPU waits for (scheduling, sampling,
+    input preparation); 0 where the engine overlaps it with the previous step."""
+    kernel_launch_s: float
+    """Host cost of one kernel launch on the path this engine uses (graph replay
+    or eager launches)."""
+    kernels_per_layer: int
+    """Kernels one transformer layer launches in a decode step."""
+    attention_kernel: str
+    decode_attention_hbm_efficiency: float
+    """Fraction of HBM bandwidth the decode attention kernel reaches reading the KV cache."""
+    quantisations: tuple[str, ...]
+    pipeline_parallel: bool
+    tensor_parallel_across_nodes: bool
+    disaggregated_prefill: bool
+    sources: dict
+    """field -> its source, for reports."""
+
+    @property
+    def continuous(self) -> bool:
+        return self.batching == "continuous"
+
+    @property
+    def paged(self) -> bool:
+        return self.kv_cache == "paged"
+
+
+def engines_dir() -> Path:
+    return heuristics_dir() / "engines"
+
+
+def names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in engines_dir().glob("*.yaml")))
+
+
+def _value(data: dict, key: str, path: Path, sources: dict, kinds: tuple, optional=False):
+    if key not in data:
+        raise CatalogError(f"{path}: missing field {key!r}")
+    value, source = sourced_field(data, key, path)
+    sources[key] = source
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) and bool not in kinds:
+        raise CatalogError(f"{path}: field {key!r} value {value!r} is not a number")
+    if not isinstance(value, kinds):
+        raise CatalogError(f"{path}: field {key!r} value {value!r} must be "
+                           f"{' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def _choice(value, allowed: tuple, key: str, path: Path) -> str:
+    if value not in allowed:
+        raise CatalogError(f"{path}: field {key!r} value {value!r}: allowed are "
+                           f"{', '.join(allowed)}")
+    return value
+
+
+def _launch_s(raw, cuda_graphs: bool, path: Path) -> float:
+    """One number, or ``{eager: s, cuda_graph: s}`` picked by the engine's launch path."""
+    if isinstance(raw, dict):
+        keys = ("cuda_graph", "graphs") if cuda_graphs else ("eager",)
+        raw = next((raw[k] for k in keys if k in raw), None)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
+        raise CatalogError(f"{path}: field 'kernel_launch_s' needs a non-negative number "
+                           "(or eager/graphs numbers)")
+    return float(raw)
+
+
+@lru_cache(maxsize=None)
+def _load(path_text: str) -> Engine:
+    path = Path(path_text)
+    data = load_yaml(path)
+    src: dict = {}
+    num = (int, float)
+    graphs = bool(_value(data, "cuda_graphs", path, src, (bool,)))
+    allreduce = data.get("allreduce") or {}
+    if not isinstance(allreduce, dict):
+        raise CatalogError(f"{path}: 'allreduce' must be a mapping")
+    launch = _value(data, "kernel_launch_s", path, src, (int, float, dict))
+    block = _value(data, "kv_block_tokens", path, src, (int,), optional=True)
+    tokens = _value(data, "max_batched_tokens", path, src, (int,), optional=True)
+    seqs = _value(data, "max_num_seqs", path, src, (int,), optional=True)
+    step = _value(data, "step_overhead_s", path, src, num, optional=True)
+    quant = _value(data, "quantisations", path, src, (list,))
+    engine = Engine(
+        name=str(data.get("name") or path.stem),
+        display_name=str(data.get("display_name") or path.stem),
+        version=str(_value(data, "version", path, src, (str, int, float))),
+        batching=_choice(_value(data, "batching", path, src, (str,)), BATCHING, "batching",
+                         path),
+        kv_cache=_choice(_value(data, "kv_cache", path, src, (str,)), KV_CACHES, "kv_cache",
+                         path),
+        kv_block_tokens=block,
+        chunked_prefill=bool(_value(data, "chunked_prefill", path, src, (bool,))),
+        max_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        cuda_graphs=graphs,
+        one_shot_max_bytes=_value(allreduce, "one_shot_max_bytes", path, src, num,
+                                  optional=True),
+        two_shot_max_bytes=_value(allreduce, "two_shot_max_bytes", path, src, num,
+                                  optional=True),
+        max_custom_tp=int(_value(allreduce, "max_custom_tp", path, src, (int,), optional=True)
+                          or 1),
+        step_overhead_s=float(step or 0.0),
+        kernel_launch_s=_launch_s(launch, graphs, path),
+        kernels_per_layer=int(_value(data, "kernels_per_layer", path, src, (int,))),
+        attention_kernel=str(_value(data, "attention_kernel", path, src, (str,))),
+        decode_attention_hbm_efficiency=float(
+            _value(data, "decode_attention_hbm_efficiency", path, src, num)),
+        quantisations=tuple(str(q) for q in quant),
+        pipeline_parallel=bool(_value(data, "pipeline_parallel", path, src, (bool,))),
+        tensor_parallel_across_nodes=bool(
+            _value(data, "tensor_parallel_across_nodes", path, src, (bool,))),
+        disaggregated_prefill=bool(_value(data, "disaggregated_prefill", path, src, (bool,))),
+        sources=src)
+    if engine.paged and not engine.kv_block_tokens:
+        raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
+    if not 0 < engine.decode_attention_hbm_efficiency <= 1:
+        raise CatalogError(f"{path}: decode_attention_hbm_efficiency must be in (0, 1]")
+    return engine
+
+
+def get_engine(name: str | None) -> Engine:
+    """The engine ``name`` (default ``DEFAULT_ENGINE``); InputError naming the choices."""
+    name = name or DEFAULT_ENGINE
+    path = engines_dir() / f"{name}.yaml"
+    if not name.replace("-", "").replace("_", "").isalnum() or not path.is_file():
+        raise InputError(f"unknown engine {name!r}: allowed are {', '.join(names())}")
+    return _load(str(path))
+
+
+def check_precision(engine: Engine, precision: str) -> None:
+    """fp8 serving needs the engine to quantise weights to fp8 (one-line InputError)."""
+    if precision == "fp8" and not any("fp8" in q for q in engine.quantisations):
+        raise InputError(f"engine {engine.name} does not serve fp8 weights: use --precision "
+                         f"bf16 or one of the engines that do")

@@ -1,0 +1,182 @@
+"""Serving engines, continuous batching, pinned layouts and disaggregated serving
+(``autoconfig infer``), through the library and the real CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.errors import CatalogError, InputError
+from autoconfig.inference import engine as engines
+from autoconfig.inference.latency import latency
+from autoconfig.inference.memory import kv_tokens_per_request
+from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
+from autoconfig.inference.search import Limits, Pins, concurrency_grid, predict, search
+from cli_runner import run_cli
+
+LLAMA = ["infer", "--model", "llama3", "--size", "70b", "--gpu", "h100", "--gpus", "8",
+         "--input-len", "2048", "--output-len", "256", "--no-plots"]
+VLLM = engines.get_engine("vllm")
+
+
+def table(model, workload, plans, cluster, engine=VLLM, mode="continuous"):
+    return predict(model, workload, InferencePlanTable.from_plans(plans), cluster,
+                   engine=engine, mode=mode)
+
+
+def test_every_engine_loads_with_sources() -> None:
+    assert {"fastertransformer", "megatron-core", "tensorrt-llm", "vllm"} <= set(engines.names())
+    for name in engines.names():
+        e = engines.get_engine(name)
+        assert e.batching in engines.BATCHING and e.kv_cache in engines.KV_CACHES
+        assert all(source.strip() for source in e.sources.values())
+        assert 0 < e.decode_attention_hbm_efficiency <= 1
+    assert engines.get_engine(None).name == engines.DEFAULT_ENGINE
+
+
+def test_an_engine_value_without_source_is_a_catalog_error(tmp_path, monkeypatch) -> None:
+    text = (engines.engines_dir() / "vllm.yaml").read_text()
+    broken = text.replace('kernels_per_layer: {value: 12, source:', 'kernels_per_layer: {value: 12, note:')
+    assert broken != text
+    (tmp_path / "vllm.yaml").write_text(broken)
+    monkeypatch.setattr(engines, "engines_dir", lambda: tmp_path)
+    engines._load.cache_clear()
+    with pytest.raises(CatalogError, match="kernels_per_layer"):
+        engines.get_engine("vllm")
+    engines._load.cache_clear()
+
+
+def test_continuous_steady_state_obeys_littles_law_and_slows_with_concurrency() -> None:
+    """Requests/s x request latency = requests in flight; TPOT and TTFT grow with them."""
+    model = get_model("llama3-70b")
+    cluster = Cluster(get_gpu("h100-80gb"), 1, 8)
+    workload = InferenceWorkload(2048, 256)
+    rows = table(model, workload, [InferencePlan(8, 1, c) for c in (1, 8, 32, 128)], cluster)
+    in_flight = rows["requests_per_s_per_replica"] * rows["latency_ms"] / 1e3
+    assert np.allclose(in_flight, rows["batch"])
+    assert np.all(np.diff(rows["tpot_ms"]) > 0) and np.all(np.diff(rows["ttft_ms"]) > 0)
+    assert np.all(np.diff(rows["tokens_per_s_per_gpu"]) > 0)
+
+
+def test_prefill_interference_slows_continuous_decode_against_a_static_batch() -> None:
+    """At the same batch, steady-state TPOT carries the prompts of arriving requests."""
+    model = get_model("llama3-70b")
+    cluster = Cluster(get_gpu("h100-80gb"), 1, 8)
+    workload = InferenceWorkload(2048, 128)
+    plan = [InferencePlan(8, 1, 32)]
+    steady = table(model, workload, plan, cluster).iloc[0]
+    burst = table(model, workload, plan, cluster, mode="static").iloc[0]
+    assert steady.tpot_ms > 1.2 * burst.tpot_ms
+    assert steady.ttft_ms < burst.ttft_ms        # one prompt, not 32
+
+
+def test_paged_kv_holds_only_written_tokens() -> None:
+    workload = InferenceWorkload(1000, 500)
+    assert kv_tokens_per_request(workload, None, True) == 1500
+    assert kv_tokens_per_request(workload, 16, True) == 1264      # ceil(1250 / 16) * 16
+    assert kv_tokens_per_request(workload, 16, False) == 1504
+
+
+def test_the_issue_example_ranks_layouts_at_the_limit(capsys, tmp_path) -> None:
+    code, out, err = run_cli(LLAMA + ["--engine", "vllm", "--max-ttft-ms", "1000",
+                                      "--max-tpot-ms", "50", "--format", "json",
+                                      "--top", "100", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["engine"] == "vllm" and data["batching"] == "continuous"
+    plans = data["plans"]
+    layouts = [(p["tp"], p["pp"], p["ep"], p["replicas"]) for p in plans]
+    assert len(layouts) == len(set(layouts))                    # one row per layout
+    per_gpu = [p["tokens_per_s_per_gpu"] for p in plans]
+    assert per_gpu == sorted(per_gpu, reverse=True) or data["objective"] == "throughput"
+    assert all(p["ttft_ms"] <= 1000 and p["tpot_ms"] <= 50 for p in plans)
+    # the next concurrency of the grid breaks a limit or does not fit
+    model, cluster = get_model("llama3-70b"), Cluster(get_gpu("h100-80gb"), 1, 8)
+    grid = concurrency_grid(VLLM.max_num_seqs)
+    best = plans[0]
+    following = [c for c in grid if c > best["batch"]]
+    if following:
+        nxt = table(model, InferenceWorkload(2048, 256),
+                    [InferencePlan(best["tp"], best["pp"], following[0], best["replicas"])],
+                    cluster).iloc[0]
+        assert nxt.ttft_ms > 1000 or nxt.tpot_ms > 50 or not nxt.fits
+
+
+def test_request_rate_picks_the_smallest_concurrency_serving_it() -> None:
+    model = get_model("llama3-8b")
+    cluster = Cluster(get_gpu("h100-80gb"), 1, 8)
+    workload = InferenceWorkload(512, 128)
+    result = search(model, workload, cluster, engine=VLLM, mode="continuous",
+                    pins=Pins(tp=(1,)), request_rate_per_s=20.0)
+    row = result.table.iloc[0]
+    assert row.requests_per_s_total >= 20.0
+    below = [c for c in concurrency_grid(VLLM.max_num_seqs) if c < row.batch]
+    if below:
+        lower = table(model, workload, [InferencePlan(1, 1, below[-1], 8)], cluster).iloc[0]
+        assert lower.requests_per_s_total < 20.0
+
+
+def test_any_batch_pinned_layout_and_tp_across_nodes(capsys, tmp_path) -> None:
+    code, out, err = run_cli(["infer", "--model", "gpt3", "--size", "175b", "--gpu", "a100-80gb",
+                              "--nodes", "2", "--input-len", "128", "--output-len", "64",
+                              "--engine", "fastertransformer", "--tp", "16", "--batch", "12,20",
+                              "--format", "json", "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert {(p["tp"], p["batch"]) for p in plans} <= {(16, 12), (16, 20)} and plans
+    # TP across nodes pays the scale-out ring: its all-reduces cost more than TP 8's in a node
+    model, cluster = get_model("gpt3-175b"), Cluster(get_gpu("a100-80gb"), 2, 8)
+    lat = latency(model, InferenceWorkload(128, 64),
+                  InferencePlanTable.from_plans([InferencePlan(16, 1, 1), InferencePlan(8, 1, 1)]),
+                  cluster, engine=engines.get_engine("fastertransformer"))
+    assert lat.decode_tp_comm_s[0] > lat.decode_tp_comm_s[1]
+
+
+def test_new_inference_gpu_is_answered(capsys, tmp_path) -> None:
+    code, out, err = run_cli(["infer", "--model", "llama3", "--size", "8b", "--gpu", "l40s",
+                              "--gpus", "8", "--input-len", "512", "--output-len", "128",
+                              "--batch", "12", "--format", "json", "--no-plots",
+                              "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert all(p["batch"] == 12 for p in json.loads(out)["plans"])
+
+
+def test_disaggregated_rows_appear_beside_aggregated(capsys, tmp_path) -> None:
+    code, out, err = run_cli(LLAMA[:8] + ["16"] + LLAMA[9:] + [
+        "--engine", "vllm", "--max-ttft-ms", "1000", "--max-tpot-ms", "50",
+        "--disaggregated", "--format", "json", "--top", "200", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    kinds = {p["serving"] for p in plans}
+    assert kinds == {"aggregated", "disaggregated"}
+    for p in plans:
+        assert p["ttft_ms"] <= 1000 and p["tpot_ms"] <= 50
+        if p["serving"] == "disaggregated":
+            used = p["prefill_instances"] * p["prefill_tp"] * p["prefill_pp"] + \
+                p["replicas"] * p["gpus_per_replica"]
+            assert used <= 16 and p["kv_transfer_ms"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--engine", "nope"], "--engine"),
+    (["--engine", "fastertransformer", "--batching", "continuous"], "batches statically"),
+    (["--batch", "4", "--concurrency", "8"], "either --batch"),
+    (["--tp", "3"], "invalid --tp 3"),
+    (["--pp", "7"], "invalid --pp 7"),
+    (["--batch", "0"], "--batch"),
+    (["--request-rate", "-1", "--batching", "continuous"], "--request-rate"),
+    (["--engine", "fastertransformer", "--disaggregated"], "separate"),
+])
+def test_bad_serving_input_is_one_line(capsys, tmp_path, args, message) -> None:
+    code, _, err = run_cli(LLAMA + args + ["-o", str(tmp_path)], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_static_engine_rejects_continuous_mode_in_the_library() -> None:
+    with pytest.raises(InputError, match="batches statically"):
+        search(get_model("llama3-8b"), InferenceWorkload(128, 32),
+               Cluster(get_gpu("h100-80gb"), 1, 8),
+               engine=engines.get_engine("fastertransformer"), mode="continuous",
+               limits=Limits())
