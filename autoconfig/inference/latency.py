@@ -6,24 +6,30 @@ each generate one token (decode, reading a KV context of ``c_d`` tokens) and
 stage:
 
     t_stage = max(t_gpu, kernels * t_launch)
-    t_gpu   = max(compute, memory) + tp_comm + p2p (+ MoE dispatch)
+    t_gpu   = GEMM kernels + attention kernels + tp_comm + p2p (+ MoE dispatch)
 
-- compute: the weight GEMMs of the stage's layers and the output layer (2 FLOPs
-  per weight per token, Kaplan et al. 2020, Table 1) by the training model's
-  GEMM law ``step_time.gemm_time_s``: decode tokens at the large-GEMM
-  efficiency (M = infinity: their weight stream is ``memory``'s), prompt tokens
-  at the efficiency of a GEMM as tall as the step's tokens, ``1 + f r (1/M +
-  1/N + 1/K)`` slower, the same law training is validated with. A 128-token
-  prompt pays about 2x, a 2,048-token one about 1.1x: short prompts are not
-  compute-bound at the large-GEMM rate. Plus the attention core ``4 * context
-  * h / tp`` per token and layer (QK^T and AV) at the large-GEMM efficiency;
-  fp8 weights run ``fp8_gemm_speedup`` faster, as in training.
-- memory: the stage's weights once per step at ``hbm_efficiency``, the
-  KV cache written, and the decode KV cache read (``n_d * c_d`` tokens of K and
-  V) at the engine's ``decode_attention_hbm_efficiency``: at long contexts and
-  large batches this read, not the weights, sets TPOT, and paged or masked
-  attention kernels stream it well below the copy bandwidth. Max with compute:
-  the roofline switch between memory- and compute-bound (Williams et al. 2009).
+Kernels run one after another, each bound by its own compute or memory traffic
+(a roofline per kernel, Williams et al. 2009), and the step is their sum:
+
+- GEMM kernels: ``max(GEMM compute, weights + KV written)``. Compute is the
+  weight GEMMs of the stage's layers and the output layer (2 FLOPs per weight
+  per token, Kaplan et al. 2020, Table 1) by the training model's GEMM law
+  ``step_time.gemm_time_s``: decode tokens at the large-GEMM efficiency (M =
+  infinity: their weight stream is the memory side), prompt tokens at the
+  efficiency of a GEMM as tall as the step's tokens, ``1 + f r (1/M + 1/N +
+  1/K)`` slower, the same law training is validated with. A 128-token prompt
+  pays about 2x, a 2,048-token one about 1.1x: short prompts are not
+  compute-bound at the large-GEMM rate. fp8 weights run ``fp8_gemm_speedup``
+  faster, as in training. The stage's weights stream once per step at
+  ``hbm_efficiency``: decode at small batch is memory-bound, at large batch
+  compute-bound.
+- attention kernels: the prompt tokens' attention core ``4 * context * h /
+  tp`` per token and layer (QK^T and AV) at the large-GEMM efficiency, plus the
+  decode attention, bound by reading each sequence's KV cache (``n_d * c_d``
+  tokens of K and V) at the engine's ``decode_attention_hbm_efficiency``:
+  paged or masked decode kernels stream it well below the copy bandwidth, and
+  at large batch and long context this read is a cost beside the compute-bound
+  GEMMs, not hidden under them.
 - tp_comm: 2 all-reduces per layer of ``tokens * h`` bf16 activations
   (Shoeybi et al. 2019, Sec. 3) by the engine's algorithm for that size
   (``autoconfig.inference.collectives``: one-shot for small decode messages,
@@ -163,17 +169,22 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
         ep_comm = layers * share * _dispatch_combine_s(model, cluster, c, plans, tokens)
     logits = timer(logits_flops_per_token(model) / tp * load.logits_rows, np.inf,
                    model.vocab_size / tp, model.hidden_size)
-    attention = layers / tp * (attention_core_flops_per_token(model, load.decode_context) * n_d
-                               + attention_core_flops_per_token(model, load.prefill_context)
-                               * n_p)
-    compute = (layers * layer_gemms + logits) / speedup + attention / (eff * peak)
+    decode_attention = layers / tp * attention_core_flops_per_token(model, load.decode_context) \
+        * n_d
+    prefill_attention = layers / tp * attention_core_flops_per_token(
+        model, load.prefill_context) * n_p
+    gemm_compute = (layers * layer_gemms + logits) / speedup
 
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9
     kv_per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)[:, None]
     kv_read = kv_per_token * n_d * load.decode_context
-    streamed = weights + kv_per_token * tokens
-    memory = (streamed / (hbm * c.hbm_efficiency)
-              + kv_read / (hbm * engine.decode_attention_hbm_efficiency))
+    streamed = (weights + kv_per_token * tokens) / (hbm * c.hbm_efficiency)
+    # Kernels run one after another, each bound by its own compute or memory
+    # (a roofline per kernel): the step is their sum.
+    gemms = np.maximum(gemm_compute, streamed)
+    attention = prefill_attention / (eff * peak) + np.maximum(
+        decode_attention / (eff * peak),
+        kv_read / (hbm * engine.decode_attention_hbm_efficiency))
 
     message = tokens * model.hidden_size * ACTIVATION_BYTES
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
@@ -184,7 +195,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
-    gpu_s = np.maximum(compute, memory) + tp_comm + p2p + ep_comm
+    gpu_s = gemms + attention + tp_comm + p2p + ep_comm
     launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
 
