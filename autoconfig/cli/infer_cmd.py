@@ -82,8 +82,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "nodes where the engine runs it).")
 @click.option("--pp", type=IntListOrAuto, default=None,
               help="Pipeline-parallel sizes (default auto: divisors of the layers).")
-@click.option("--max-batch", type=int, default=DEFAULT_MAX_BATCH, show_default=True,
-              help="Largest static batch (powers of two up to it) or concurrency tried.")
+@click.option("--max-batch", type=int, default=None,
+              help=f"Largest static batch tried (powers of two up to it; default "
+                   f"{DEFAULT_MAX_BATCH}) or concurrency tried (default: the engine's own "
+                   "sequence cap).")
 @click.option("--top", type=int, default=DEFAULT_TOP, show_default=True, help="Layouts to print.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)

@@ -112,7 +112,7 @@ def ask(row) -> pd.Series:
     batch, rate = _number(row.batch), _number(row.request_rate_per_s)
     limits = Limits(_number(row.limit_ttft_ms), _number(row.limit_tpot_ms))
     per_replica = None if batch is None else max(1, round(batch / replicas))
-    max_batch, pins = 4096, Pins((tp,), (pp,))
+    max_batch, pins = None, Pins((tp,), (pp,))
     if str(row.batching) != "continuous":
         mode, rate, pins = "static", None, Pins((tp,), (pp,), (int(batch),))
     elif rate is not None and math.isfinite(rate):

@@ -135,11 +135,25 @@ def concurrency_grid(top: int) -> list[int]:
     return values
 
 
+CONTINUOUS_MAX = 2048
+"""Concurrency tried for an engine that sets no cap of its own (its KV pool decides)."""
+
+
+def largest_batch(max_batch: int | None, mode: str, engine: Engine) -> int:
+    """The largest batch or concurrency tried: ``--max-batch``, else 256 static
+    batches, else the engine's own sequence cap (``max_num_seqs``)."""
+    if max_batch is not None:
+        return max_batch
+    if mode == "continuous":
+        return engine.max_num_seqs or CONTINUOUS_MAX
+    return DEFAULT_MAX_BATCH
+
+
 def _batches(pins: Pins, mode: str, max_batch: int, engine: Engine) -> list[int]:
     if pins.batch:
         return sorted(set(pins.batch))
     if mode == "continuous":
-        return concurrency_grid(min(max_batch, engine.max_num_seqs or max_batch))
+        return concurrency_grid(max_batch)
     return [2 ** i for i in range(int(np.log2(max_batch)) + 1)]
 
 
@@ -164,12 +178,13 @@ def _check_pins(model: ModelSpec, cluster: Cluster, pins: Pins, engine: Engine) 
                              "parallelism; use --pp 1")
 
 
-def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int,
+def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int | None,
                     engine: Engine | None = None, mode: str = "static",
                     pins: Pins = Pins()) -> InferencePlanTable:
+    engine = engine or get_engine(None)
+    max_batch = largest_batch(max_batch, mode, engine)
     if not 1 <= max_batch <= MAX_COUNT:
         raise InputError(f"invalid --max-batch {shown(max_batch)}: must be from 1 to {MAX_COUNT}")
-    engine = engine or get_engine(None)
     _check_pins(model, cluster, pins, engine)
     gpus = cluster.num_gpus
     batches = _batches(pins, mode, max_batch, engine)
@@ -236,7 +251,7 @@ def _limit_checks(limits: Limits):
 
 def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
            objective: str = "throughput", limits: Limits | None = None,
-           max_batch: int = DEFAULT_MAX_BATCH, constants=None, engine: Engine | None = None,
+           max_batch: int | None = None, constants=None, engine: Engine | None = None,
            mode: str | None = None, pins: Pins = Pins(),
            request_rate_per_s: float | None = None,
            disaggregated: bool = False) -> InferenceSearchResult:
@@ -325,7 +340,7 @@ def _disaggregated(model, workload, cluster, constants, engine, limits, plans,
     from autoconfig.training.step_time import load_constants
 
     layouts = sorted({(int(t), int(p), int(e)) for t, p, e in zip(plans.tp, plans.pp, plans.ep)})
-    grid = concurrency_grid(min(max_batch, engine.max_num_seqs or max_batch))
+    grid = concurrency_grid(largest_batch(max_batch, "continuous", engine))
 
     def run(table, mode):
         return predict(model, workload, table, cluster, constants, engine, mode)
