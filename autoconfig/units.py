@@ -31,3 +31,13 @@ def format_count(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.4g}{suffix}"
     return f"{value:.4g}"
+
+
+def optional_float(value) -> float | None:
+    """``value`` as a float, or None when it is missing, not a number, or NaN
+    (a blank CSV or JSON cell)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number

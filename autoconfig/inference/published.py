@@ -32,6 +32,7 @@ from autoconfig.inference.plan import InferenceWorkload
 from autoconfig.inference.search import Limits, Pins, search
 from autoconfig.paths import benchmarks_dir
 from autoconfig.textfile import read_text
+from autoconfig.units import optional_float
 
 COLUMNS = ("point_id", "source_id", "model", "gpu", "tp", "pp", "batch", "input_len_tokens",
            "output_len_tokens", "precision")
@@ -84,12 +85,11 @@ def load_points(path: Path) -> pd.DataFrame:
     return points
 
 
-def _number(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
+def _layout(row) -> tuple[int, int, int, int]:
+    """(tp, pp, GPUs, replicas) of a point; blank TP or PP is 1, blank GPUs tp x pp."""
+    tp, pp = int(optional_float(row.tp) or 1), int(optional_float(row.pp) or 1)
+    gpus = int(optional_float(row.num_gpus) or tp * pp)
+    return tp, pp, gpus, max(1, gpus // (tp * pp))
 
 
 def ask(row) -> pd.Series:
@@ -99,18 +99,16 @@ def ask(row) -> pd.Series:
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
     engine = engines.get_engine(str(row.engine))
-    tp, pp = int(_number(row.tp) or 1), int(_number(row.pp) or 1)
-    gpus = int(_number(row.num_gpus) or tp * pp)
-    replicas = max(1, gpus // (tp * pp))
+    tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
-    lengths = [_number(row.input_len_tokens), _number(row.output_len_tokens)]
+    lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]
     if None in lengths:
         raise InputError("no mean input or output length published")
     workload = InferenceWorkload(max(1, round(lengths[0])), max(1, round(lengths[1])),
                                  str(row.precision))
     engines.check_precision(engine, workload.precision)
-    batch, rate = _number(row.batch), _number(row.request_rate_per_s)
-    limits = Limits(_number(row.limit_ttft_ms), _number(row.limit_tpot_ms))
+    batch, rate = optional_float(row.batch), optional_float(row.request_rate_per_s)
+    limits = Limits(optional_float(row.limit_ttft_ms), optional_float(row.limit_tpot_ms))
     per_replica = None if batch is None else max(1, round(batch / replicas))
     max_batch, pins = None, Pins((tp,), (pp,))
     if str(row.batching) != "continuous":
@@ -130,7 +128,11 @@ def ask(row) -> pd.Series:
 
 def validate(path: Path | None = None) -> ValidationResult:
     path = path or default_points_path()
-    points = load_points(path)
+    return validate_points(load_points(path), path)
+
+
+def validate_points(points: pd.DataFrame, path: Path) -> ValidationResult:
+    """Ask and score ``points`` (rows of ``load_points(path)``; ``path`` names them in errors)."""
     rows, skipped = [], []
     for row in points.itertuples(index=False):
         try:
@@ -150,10 +152,9 @@ def validate(path: Path | None = None) -> ValidationResult:
 
 
 def _scored(row, pred) -> dict:
-    tp, pp = int(_number(row.tp) or 1), int(_number(row.pp) or 1)
-    gpus = int(_number(row.num_gpus) or tp * pp)
-    tokens = _number(row.throughput_tokens_per_s)
-    samples = _number(row.throughput_samples_per_s)
+    tp, pp, gpus, _ = _layout(row)
+    tokens = optional_float(row.throughput_tokens_per_s)
+    samples = optional_float(row.throughput_samples_per_s)
     if tokens is None and samples is not None:
         tokens = samples * int(row.output_len_tokens)
     scored = {"point_id": row.point_id, "source_id": row.source_id, "engine": row.engine,
@@ -163,11 +164,10 @@ def _scored(row, pred) -> dict:
               "output_len_tokens": row.output_len_tokens, "precision": row.precision,
               "predicted_batch": int(pred.batch),
               "published_samples_per_s": samples,
-              "predicted_samples_per_s": float(pred.requests_per_s_per_replica)
-              * max(1, gpus // (tp * pp)),
+              "predicted_samples_per_s": float(pred.requests_per_s_total),
               "published_tokens_per_s_per_gpu": None if tokens is None else tokens / gpus}
     for name, published, predicted in METRICS:
-        measured = _number(getattr(row, published, None)) if name != "throughput" \
+        measured = optional_float(getattr(row, published, None)) if name != "throughput" \
             else scored["published_tokens_per_s_per_gpu"]
         value = float(getattr(pred, predicted))
         scored[f"published_{name}"] = measured
@@ -264,5 +264,4 @@ def matching_points(model_name: str, gpu_name: str, workload: InferenceWorkload,
                   & (points["precision"] == workload.precision)]
     if same.empty:
         return pd.DataFrame()
-    table = validate(path).table
-    return table[table["point_id"].isin(same["point_id"])] if not table.empty else table
+    return validate_points(same, path or default_points_path()).table

@@ -14,6 +14,7 @@ import pandas as pd
 from autoconfig.core.plan import PLAN_FIELDS, Plan, plan_label
 from autoconfig.profiling import store
 from autoconfig.profiling.rank import rank_measured
+from autoconfig.units import optional_float
 
 REPORT_CSV = "profile_report.csv"
 REPORT_MD = "profile_report.md"
@@ -85,26 +86,26 @@ _COLUMNS = ["predicted_rank", "plan", *PLAN_FIELDS, "status", "device", "world_s
 
 def _row(plan: Plan, result: dict, pred: dict) -> dict:
     device = result.get("device") or ""
-    step = _num(result.get("step_time_s"))
-    tokens = _num(result.get("tokens_per_s_per_gpu"))
-    pred_step = _num(pred.get("predicted_step_time_s"))
-    pred_tokens = _num(pred.get("predicted_tokens_per_s_per_gpu"))
+    step = optional_float(result.get("step_time_s"))
+    tokens = optional_float(result.get("tokens_per_s_per_gpu"))
+    pred_step = optional_float(pred.get("predicted_step_time_s"))
+    pred_tokens = optional_float(pred.get("predicted_tokens_per_s_per_gpu"))
     comparable = device == "cuda"
     losses = result.get("losses") or []
-    peak = _num(result.get("peak_memory_bytes"))
+    peak = optional_float(result.get("peak_memory_bytes"))
     row = {name: getattr(plan, name) for name in PLAN_FIELDS}
     row.update(
-        predicted_rank=_num(pred.get("predicted_rank")), plan=plan_label(plan),
+        predicted_rank=optional_float(pred.get("predicted_rank")), plan=plan_label(plan),
         status=result.get("status", "error"), device=device,
         world_size=result.get("world_size"),
         step_time_s=step, predicted_step_time_s=pred_step,
         step_time_error_pct=_error_pct(step, pred_step) if comparable else None,
         tokens_per_s_per_gpu=tokens, predicted_tokens_per_s_per_gpu=pred_tokens,
         tokens_error_pct=_error_pct(tokens, pred_tokens) if comparable else None,
-        model_tflops_per_gpu=_num(result.get("model_tflops_per_gpu")),
+        model_tflops_per_gpu=optional_float(result.get("model_tflops_per_gpu")),
         peak_memory_gib=None if peak is None else peak / GIB,
-        predicted_memory_gib=_num(pred.get("predicted_memory_gib")),
-        first_loss=_num(losses[0]) if isinstance(losses, list) and losses else None,
+        predicted_memory_gib=optional_float(pred.get("predicted_memory_gib")),
+        first_loss=optional_float(losses[0]) if isinstance(losses, list) and losses else None,
         moe_dispatcher=_text(result.get("moe_dispatcher")),
         run_notes=_text(result.get("run_notes")),
         error=_one_line(result.get("error") or ""),
@@ -230,14 +231,6 @@ def write_report(out_dir: Path, objective: str | None = None,
                        + render_rounds(load_rounds(out_dir))
                        + "".join(f"\n![{p.stem}]({p.name})\n" for p in drawn))
     return csv_path, md_path, table
-
-
-def _num(value) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if np.isnan(out) else out
 
 
 def _text(value) -> str:
