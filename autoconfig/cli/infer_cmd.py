@@ -15,6 +15,7 @@ from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
+from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
 from autoconfig.inference.latency import MODES
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
@@ -45,8 +46,24 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--gpus", type=int, help="Number of GPUs (or give --nodes).")
 @click.option("--nodes", type=int, help="Number of nodes (or give --gpus).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (default: the GPU's usual node).")
-@click.option("--input-len", type=int, required=True, help="Prompt tokens per request.")
-@click.option("--output-len", type=int, required=True, help="Generated tokens per request.")
+@click.option("--input-len", type=int, help="Prompt tokens per request (the mean when they "
+              "spread).")
+@click.option("--output-len", type=int, help="Generated tokens per request (the mean when they "
+              "spread).")
+@click.option("--input-len-std", type=float, default=None,
+              help="Spread (standard deviation) of the prompt lengths in tokens (default 0: "
+                   "all the same, or the --dataset's).")
+@click.option("--output-len-std", type=float, default=None,
+              help="Spread of the output lengths in tokens (default 0, or the --dataset's).")
+@click.option("--dataset", "dataset_name", type=click.Choice(datasets.names()), default=None,
+              help="Take the length means and spreads of a benchmark dataset "
+                   "(heuristics/datasets.yaml); --input-len/--output-len and their --*-std "
+                   "override it.")
+@click.option("--num-requests", type=int, default=None,
+              help="Predict a finite job of this many requests on an in-flight engine: all "
+                   "sent at once (offline), or by --concurrency clients that each send the next "
+                   "when one finishes; scored on its means and its duration, the drain and the "
+                   "queueing included.")
 @click.option("--max-ttft-ms", type=float, help="Limit on time to first token.")
 @click.option("--max-tpot-ms", type=float, help="Limit on time per output token.")
 @click.option("--max-latency-ms", type=float, help="Limit on request latency.")
@@ -115,7 +132,8 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="With --profile: run again layouts whose final record has this status "
                    "(repeatable; failed: every status but ok).")
 def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
-          gpus_per_node, input_len, output_len, max_ttft_ms, max_tpot_ms, max_latency_ms,
+          gpus_per_node, input_len, output_len, input_len_std, output_len_std, dataset_name,
+          num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, batching, batch, concurrency,
           request_rate, disaggregated, tp,
           pp, max_batch, top, fmt, plots, output_dir,
@@ -127,8 +145,11 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     Writes infer.csv, infer.md, infer.json and infer_pareto.png."""
     from autoconfig.inference import report
     from autoconfig.inference.plan import InferenceWorkload
+    from autoconfig.inference.job import Job
     from autoconfig.inference.search import Limits, Pins, search
 
+    lengths = _lengths(dataset_name, input_len, output_len, input_len_std, output_len_std)
+    input_len, output_len = lengths[0], lengths[1]
     spec = resolve_model(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu,
                          input_len + output_len)
     if spec is None:
@@ -145,7 +166,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if top < 1:
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
-    workload = InferenceWorkload(input_len, output_len, precision)
+    workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
     engine = engines.get_engine(engine_name)
     engines.check_precision(engine, precision)
@@ -155,7 +176,13 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if concurrency and batching == "static":
         raise InputError("--concurrency needs --batching continuous (static batches take "
                          "--batch)")
-    mode = batching or ("continuous" if concurrency or request_rate else None)
+    mode = batching or ("continuous" if concurrency or request_rate or num_requests else None)
+    job = None
+    if num_requests is not None:
+        if concurrency and len(concurrency) > 1:
+            raise InputError("--num-requests takes one --concurrency (its clients), not a list")
+        job = Job(num_requests, concurrency[0] if concurrency else None)
+        concurrency = None
     pins = Pins(tp=tuple(tp or ()), pp=tuple(pp or ()), batch=tuple(batch or concurrency or ()))
     options = None
     if profile:
@@ -168,7 +195,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     from autoconfig.profiling.calibrate import constants_for
     constants, note = constants_for(calibration, cluster.gpu.name)
     result = search(spec, workload, cluster, objective, limits, max_batch, constants, engine,
-                    mode, pins, request_rate, disaggregated)
+                    mode, pins, request_rate, disaggregated, job)
     if fmt != "json":
         click.echo(report.engine_line(result, engine_name == engines.DEFAULT_ENGINE), err=True)
     if note:
@@ -192,6 +219,23 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
         table = run(result, options, out, echo=lambda text: click.echo(text, err=True))
         if table is not None:
             click.echo("\n" + render_profile(table, device))
+
+
+def _lengths(dataset_name, input_len, output_len, input_std, output_std) -> tuple:
+    """(input mean, output mean, input spread, output spread): the flags, else the dataset's."""
+    data = datasets.get_dataset(dataset_name) if dataset_name else None
+    if data is None and (input_len is None or output_len is None):
+        raise InputError("give --input-len and --output-len, or --dataset "
+                         f"({', '.join(datasets.names())})")
+
+    def pick(flag, name, whole):
+        if flag is not None:
+            return flag
+        value = getattr(data, name) if data is not None else 0.0
+        return max(1, round(value)) if whole else value
+    return (pick(input_len, "input_len_tokens", True), pick(output_len, "output_len_tokens", True),
+            pick(input_std, "input_len_std_tokens", False),
+            pick(output_std, "output_len_std_tokens", False))
 
 
 def _echo_published(result) -> None:

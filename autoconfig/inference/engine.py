@@ -43,6 +43,9 @@ class Engine:
     """Token budget of one engine step (prompt chunks plus decode tokens)."""
     max_num_seqs: int | None
     """Default cap on running sequences per replica."""
+    kv_reserves_output: bool
+    """A request is admitted only when the KV cache can hold its whole prompt and
+    output (else on its prompt, preempting requests when the cache runs out)."""
     cuda_graphs: bool
     one_shot_max_bytes: float | None
     """All-reduces up to this size run the engine's one-shot kernel (None: never)."""
@@ -145,6 +148,7 @@ def _load(path_text: str) -> Engine:
         chunked_prefill=bool(_value(data, "chunked_prefill", path, src, (bool,))),
         max_batched_tokens=tokens,
         max_num_seqs=seqs,
+        kv_reserves_output=bool(_value(data, "kv_reserves_output", path, src, (bool,))),
         cuda_graphs=graphs,
         one_shot_max_bytes=_value(allreduce, "one_shot_max_bytes", path, src, num,
                                   optional=True),

@@ -310,7 +310,7 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     running = plans.batch.astype(float)[:, None] / pp       # sequences per micro-batch
     prompt_share = running * s_in / s_out
     overhead = engine.step_overhead_s
-    context = s_in + s_out / 2.0
+    context = s_in + workload.held_output_tokens
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context, prefill_tokens=prompt_share,
         prefill_context=s_in / 2.0, logits_rows=running))

@@ -16,8 +16,9 @@
   FasterTransformer likewise); a paged cache holds only the tokens written so
   far, in whole blocks (Kwon et al. 2023, PagedAttention, Sec. 4.2), so at
   steady state under continuous batching a request holds ``input + output/2``
-  on average, rounded up to the engine's block, and a static batch peaks at the
-  whole sequence.
+  on average with fixed lengths (``InferenceWorkload.held_output_tokens`` with
+  spread ones), rounded up to the engine's block, and a static batch peaks at
+  the whole sequence.
 - activations: nothing is kept for a backward pass, so only the largest
   tensors of one layer on the largest forward pass (the latency model's
   ``activation_tokens``: a prefill micro-batch, or a continuous step's budget) are alive at once:
@@ -126,7 +127,7 @@ def kv_tokens_per_request(workload: InferenceWorkload, block_tokens: int | None,
     blocks for a paged cache at steady state."""
     if not block_tokens:
         return float(workload.total_len_tokens)
-    held = workload.input_len_tokens + (workload.output_len_tokens / 2.0 if steady_state
+    held = workload.input_len_tokens + (workload.held_output_tokens if steady_state
                                         else workload.output_len_tokens)
     return float(np.ceil(held / block_tokens) * block_tokens)
 
@@ -155,6 +156,19 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     return InferenceMemory(weights_bytes=weights, kv_cache_bytes=kv,
                            activation_bytes=activations, overhead_bytes=overhead,
                            total_bytes=allocated + overhead)
+
+
+def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
+                       activation_tokens, gpu: GPU) -> np.ndarray:
+    """KV-cache tokens each plan's replica has room for once its weights,
+    activations and overheads are placed (0 when they alone do not fit): the
+    pool a paged engine admits requests against."""
+    fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
+    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
+    room = (usable_bytes(gpu) - context_bytes) / fragmentation \
+        - (fixed.weights_bytes + fixed.activation_bytes)
+    per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.bytes_per_value)
+    return np.maximum(room, 0.0) / per_token
 
 
 def fits(memory: InferenceMemory, gpu: GPU) -> np.ndarray:

@@ -65,6 +65,10 @@ class InferenceWorkload:
     output_len_tokens: int
     precision: str = "bf16"
     """Weights and KV cache in bf16 (2 bytes) or fp8 (1 byte)."""
+    input_len_std_tokens: float = 0.0
+    """Spread of the prompt lengths (standard deviation; 0: every prompt the mean)."""
+    output_len_std_tokens: float = 0.0
+    """Spread of the output lengths; the lengths above are then the means."""
 
     def __post_init__(self) -> None:
         for name in ("input_len_tokens", "output_len_tokens"):
@@ -74,6 +78,13 @@ class InferenceWorkload:
                 flag = "--" + name.replace("_len_tokens", "-len")
                 raise InputError(f"invalid {flag} {shown(value)}: must be a positive integer up "
                                  f"to {MAX_SEQ_LEN}")
+        for name in ("input_len_std_tokens", "output_len_std_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not 0 <= value <= MAX_SEQ_LEN:
+                flag = "--" + name.replace("_len_std_tokens", "-len-std")
+                raise InputError(f"invalid {flag} {shown(value)}: must be a number of tokens "
+                                 f"from 0 to {MAX_SEQ_LEN}")
         if self.precision not in PRECISIONS:
             raise InputError(f"invalid precision {self.precision!r}: allowed are "
                              f"{', '.join(PRECISIONS)}")
@@ -81,6 +92,16 @@ class InferenceWorkload:
     @property
     def total_len_tokens(self) -> int:
         return self.input_len_tokens + self.output_len_tokens
+
+    @property
+    def held_output_tokens(self) -> float:
+        """Output tokens a request in flight has written, on average over requests in
+        flight at steady state: a request is in flight for a time proportional to its
+        output, so the mean is length-biased, ``E[O^2] / (2 E[O]) = (mean^2 + std^2)
+        / (2 mean)``: half the output with fixed lengths, the whole mean when the
+        lengths spread exponentially (std = mean)."""
+        mean, std = self.output_len_tokens, self.output_len_std_tokens
+        return (mean * mean + std * std) / (2.0 * mean)
 
     @property
     def bytes_per_value(self) -> int:

@@ -28,6 +28,7 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.errors import AutoconfigError, InputError
 from autoconfig.inference import engine as engines
+from autoconfig.inference.job import Job
 from autoconfig.inference.plan import InferenceWorkload
 from autoconfig.inference.search import Limits, Pins, search
 from autoconfig.paths import benchmarks_dir
@@ -38,7 +39,8 @@ COLUMNS = ("point_id", "source_id", "model", "gpu", "tp", "pp", "batch", "input_
            "output_len_tokens", "precision")
 OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "tpot_ms",
             "latency_ms", "throughput_tokens_per_s", "throughput_samples_per_s",
-            "limit_ttft_ms", "limit_tpot_ms", "statistic")
+            "limit_ttft_ms", "limit_tpot_ms", "statistic", "num_requests", "clients",
+            "input_len_std_tokens", "output_len_std_tokens")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -93,9 +95,12 @@ def _layout(row) -> tuple[int, int, int, int]:
 
 
 def ask(row) -> pd.Series:
-    """The prediction ``autoconfig infer`` gives for this point: a static batch;
-    a request rate; offline (all requests at once: the largest concurrency that
-    fits, up to the engine limit the source ran with); or a fixed concurrency."""
+    """The prediction ``autoconfig infer`` gives for this point: a static batch
+    (``batch``); a finite job of ``num_requests`` (``infer --num-requests``), sent
+    all at once or by ``clients`` closed-loop clients; a request rate; a fixed
+    concurrency (``clients``); or, with none of these, offline at the largest
+    concurrency that fits. For continuous batching ``batch`` is the engine's cap
+    on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
     engine = engines.get_engine(str(row.engine))
@@ -105,24 +110,29 @@ def ask(row) -> pd.Series:
     if None in lengths:
         raise InputError("no mean input or output length published")
     workload = InferenceWorkload(max(1, round(lengths[0])), max(1, round(lengths[1])),
-                                 str(row.precision))
+                                 str(row.precision),
+                                 optional_float(row.input_len_std_tokens) or 0.0,
+                                 optional_float(row.output_len_std_tokens) or 0.0)
     engines.check_precision(engine, workload.precision)
     batch, rate = optional_float(row.batch), optional_float(row.request_rate_per_s)
+    requests, clients = optional_float(row.num_requests), optional_float(row.clients)
     limits = Limits(optional_float(row.limit_ttft_ms), optional_float(row.limit_tpot_ms))
-    per_replica = None if batch is None else max(1, round(batch / replicas))
-    max_batch, pins = None, Pins((tp,), (pp,))
+    cap = None if batch is None else int(batch)
+    mode, job, pins = "continuous", None, Pins((tp,), (pp,))
     if str(row.batching) != "continuous":
-        mode, rate, pins = "static", None, Pins((tp,), (pp,), (int(batch),))
+        mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (int(batch),))
+    elif requests is not None:
+        rate, job = None, Job(int(requests), None if clients is None else int(clients))
     elif rate is not None and math.isfinite(rate):
-        mode, max_batch = "continuous", per_replica or max_batch
-    elif rate is not None:                                  # offline
-        mode, rate, max_batch = "continuous", None, per_replica or max_batch
-    elif per_replica is not None:
-        mode, pins = "continuous", Pins((tp,), (pp,), (per_replica,))
+        pass
+    elif clients is not None:
+        rate, pins = None, Pins((tp,), (pp,), (max(1, round(clients / replicas)),))
+    elif rate is not None:                                  # offline, no job size published
+        rate = None
     else:
-        raise InputError("no batch, concurrency or request rate published")
-    result = search(model, workload, cluster, "throughput", limits, max_batch=max_batch,
-                    engine=engine, mode=mode, pins=pins, request_rate_per_s=rate)
+        raise InputError("no batch, concurrency, job size or request rate published")
+    result = search(model, workload, cluster, "throughput", limits, max_batch=cap,
+                    engine=engine, mode=mode, pins=pins, request_rate_per_s=rate, job=job)
     return result.table.iloc[0]
 
 

@@ -31,10 +31,12 @@ def _split(result: InferenceSearchResult) -> bool:
 
 
 def top_headers(result: InferenceSearchResult) -> tuple[str, ...]:
-    """TOP_HEADERS, with EP after PP for an MoE model and the serving split when asked."""
+    """TOP_HEADERS, with EP after PP for an MoE model, the serving split when asked
+    and a job's duration."""
     headers = TOP_HEADERS[:3] + ("EP",) + TOP_HEADERS[3:] if result.model.is_moe \
         else TOP_HEADERS
-    return headers + ("prefill pool",) if _split(result) else headers
+    headers = headers + ("prefill pool",) if _split(result) else headers
+    return headers + ("job s",) if result.job is not None else headers
 
 
 def _pool(r) -> str:
@@ -53,7 +55,8 @@ def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
              f"{r.latency_ms:.5g}", f"{r.tokens_per_s_per_replica:.5g}",
              f"{r.tokens_per_s_per_gpu:.4g}", f"{r.tokens_per_s_total:.5g}",
              f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "",
-             *((_pool(r),) if split else ()))
+             *((_pool(r),) if split else ()),
+             *((f"{r.job_duration_s:.4g}",) if result.job is not None else ()))
             for i, r in enumerate(result.table.head(n).itertuples(index=False))]
 
 
@@ -68,15 +71,30 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     what = ("continuous batching at steady state: 'batch' is the requests in flight per "
             "replica" if result.mode == "continuous" else
             "static batches: 'batch' requests served together")
+    if result.job is not None:
+        what = (f"continuous batching of a job of {_job_text(result.job)}: 'batch' is the "
+                "engine's cap on running sequences per replica, times are means over the "
+                "job's requests, throughput over its whole duration")
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
+
+
+def _job_text(job) -> str:
+    how = "sent all at once" if job.clients is None else f"sent by {job.clients} clients"
+    return f"{job.requests} requests {how}"
+
+
+def _length(mean: int, std: float) -> str:
+    return f"{mean}" + (f" +/- {std:.0f}" if std else "")
 
 
 def headline(result: InferenceSearchResult) -> str:
     m, c, w = result.model, result.cluster, result.workload
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
+    job = f", a job of {_job_text(result.job)}" if result.job is not None else ""
     return (f"{m.name} ({format_count(total_params(m))} params{active}) inference on {c.nodes} x "
-            f"{c.gpus_per_node} {c.gpu.name}, input {w.input_len_tokens}, output "
-            f"{w.output_len_tokens} tokens, {w.precision}, objective {result.objective}"
+            f"{c.gpus_per_node} {c.gpu.name}, input {_length(w.input_len_tokens, w.input_len_std_tokens)}, "
+            f"output {_length(w.output_len_tokens, w.output_len_std_tokens)} tokens{job}, "
+            f"{w.precision}, objective {result.objective}"
             + (f", engine {result.engine.name} ({result.mode} batching)" if result.engine
                else ""))
 
@@ -100,6 +118,10 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "nodes": result.cluster.nodes, "gpus_per_node": result.cluster.gpus_per_node,
             "input_len_tokens": result.workload.input_len_tokens,
             "output_len_tokens": result.workload.output_len_tokens,
+            "input_len_std_tokens": result.workload.input_len_std_tokens,
+            "output_len_std_tokens": result.workload.output_len_std_tokens,
+            "num_requests": result.job.requests if result.job is not None else None,
+            "clients": result.job.clients if result.job is not None else None,
             "precision": result.workload.precision, "objective": result.objective,
             "engine": result.engine.name if result.engine else None,
             "batching": result.mode,

@@ -28,6 +28,7 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
 from autoconfig.inference.engine import Engine, get_engine
+from autoconfig.inference.job import Job
 from autoconfig.inference.latency import MODES, latency
 from autoconfig.inference.memory import fits, kv_tokens_per_request, memory_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
@@ -89,6 +90,7 @@ class InferenceSearchResult:
     candidates: int = 0
     engine: Engine | None = None
     mode: str = "static"
+    job: Job | None = None
 
     @property
     def plans(self) -> list[InferencePlan]:
@@ -254,14 +256,17 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
            max_batch: int | None = None, constants=None, engine: Engine | None = None,
            mode: str | None = None, pins: Pins = Pins(),
            request_rate_per_s: float | None = None,
-           disaggregated: bool = False) -> InferenceSearchResult:
+           disaggregated: bool = False, job: Job | None = None) -> InferenceSearchResult:
     """Rank every serving layout; InfeasibleError (naming the best achievable)
     when memory or a limit leaves nothing. ``mode`` defaults to the engine's
     batching (static when batch sizes are pinned). ``request_rate_per_s``
     (continuous only): each layout at the smallest concurrency whose steady
     state serves that many requests/s on the whole cluster (Little's law: the
     requests in flight are the rate times their latency). ``disaggregated``:
-    add prefill/decode-pool rows (``autoconfig.inference.disaggregated``)."""
+    add prefill/decode-pool rows (``autoconfig.inference.disaggregated``).
+    ``job``: a finite job instead of a steady state (``autoconfig.inference.job``):
+    each layout runs it with the engine's cap on running sequences (``max_batch``
+    when given) and is scored on its means and its duration."""
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
     engine = engine or get_engine(None)
@@ -283,10 +288,19 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     if disaggregated and (pins.batch or request_rate_per_s is not None or mode != "continuous"):
         raise InputError("--disaggregated ranks pools at their limits: it takes continuous "
                          "batching and no --batch, --concurrency or --request-rate")
+    if job is not None and (mode != "continuous" or pins.batch or disaggregated
+                            or request_rate_per_s is not None):
+        raise InputError("--num-requests runs a job on an in-flight engine: it takes "
+                         "continuous batching and no --batch, --request-rate or "
+                         "--disaggregated (--concurrency sets its clients)")
     limits = limits or Limits()
     cluster.gpu.peak_tflops(workload.precision)    # InputError: fp8 on a GPU without it
+    if job is not None:
+        pins = Pins(pins.tp, pins.pp, (largest_batch(max_batch, mode, engine),))
     plans = candidate_table(model, cluster, max_batch, engine, mode, pins)
     table = predict(model, workload, plans, cluster, constants, engine, mode)
+    if job is not None:
+        table = _with_job(table, model, workload, plans, cluster, constants, engine, job)
     rejected = {}
     keep = table["fits"].to_numpy(dtype=bool, copy=True)
     if not keep.any():
@@ -317,7 +331,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
         rejected[reason] = int((keep & ~ok).sum())
         keep = keep & ok
     kept = table[keep]
-    if mode == "continuous" and not pins.batch and request_rate_per_s is None:
+    if mode == "continuous" and not pins.batch and request_rate_per_s is None and job is None:
         kept = at_limit(kept)
         rejected["below the largest concurrency meeting the limits"] = \
             int(keep.sum()) - len(kept)
@@ -331,7 +345,35 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                                  objective=objective, limits=limits,
                                  table=kept.reset_index(drop=True),
                                  rejected={k: v for k, v in rejected.items() if v},
-                                 candidates=len(table), engine=engine, mode=mode)
+                                 candidates=len(table), engine=engine, mode=mode, job=job)
+
+
+def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, engine,
+              job: Job) -> pd.DataFrame:
+    """The steady-state rows replaced by each layout's run of ``job``: its means,
+    its throughput over the whole job, memory at its peak KV reservation."""
+    from autoconfig.inference import job as jobs
+    from autoconfig.training.step_time import load_constants
+
+    runs = jobs.run(model, workload, plans, cluster, constants or load_constants(), engine, job)
+    table = table.copy()
+    gpus = table["gpus_per_replica"].to_numpy(dtype=float)
+    for column in ("ttft_ms", "tpot_ms", "latency_ms", "tokens_per_s_per_replica",
+                   "requests_per_s_per_replica", "fits"):
+        table[column] = runs[column].to_numpy()
+    table["tokens_per_s_per_user"] = 1e3 / table["tpot_ms"]
+    for unit in ("tokens", "requests"):
+        per_replica = table[f"{unit}_per_s_per_replica"]
+        table[f"{unit}_per_s_per_gpu"] = per_replica / gpus
+        table[f"{unit}_per_s_total"] = per_replica * table["replicas"]
+    table["job_duration_s"] = runs["duration_s"].to_numpy()
+    held = runs["peak_kv_tokens"].to_numpy() / plans.batch
+    activation = np.full(len(plans), float(engine.max_batched_tokens
+                                           or workload.input_len_tokens))
+    mem = memory_per_gpu(model, workload, plans, activation, held)
+    table["memory_gib"] = mem.total_bytes / 2**30
+    table["kv_cache_gib"] = mem.kv_cache_bytes / 2**30
+    return table
 
 
 def _disaggregated(model, workload, cluster, constants, engine, limits, plans,

@@ -1,0 +1,155 @@
+"""Finite serving jobs (``infer --num-requests``): spread lengths, the engine's
+step-by-step schedule, the drain of an offline run, closed-loop clients,
+KV-limited admission and preemption, through the library and the real CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.errors import InputError
+from autoconfig.inference import engine as engines
+from autoconfig.inference.datasets import get_dataset, names
+from autoconfig.inference.job import Job, run, schedule, timing
+from autoconfig.inference.lengths import request_lengths
+from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
+from autoconfig.inference.published import ask, load_points, default_points_path
+from autoconfig.inference.search import Pins, search
+from autoconfig.training.step_time import load_constants
+from cli_runner import run_cli
+
+MODEL = get_model("llama3-8b")
+CLUSTER = Cluster(get_gpu("h100-80gb"), 1, 1)
+VLLM = engines.get_engine("vllm")
+BASE = ["infer", "--model", "llama3", "--size", "8b", "--gpu", "h100", "--gpus", "1",
+        "--engine", "vllm", "--no-plots"]
+
+
+def one_plan(cap: int) -> InferencePlanTable:
+    return InferencePlanTable.from_plans([InferencePlan(1, 1, cap, 1)])
+
+
+def job_row(workload, job, cap=256, engine=VLLM):
+    return run(MODEL, workload, one_plan(cap), CLUSTER, load_constants(), engine, job).iloc[0]
+
+
+def test_lengths_keep_the_mean_spread_and_order() -> None:
+    a = request_lengths(179, 188, 500, seed=2)
+    assert a.dtype.kind == "i" and len(a) == 500 and a.min() >= 1
+    assert abs(a.mean() - 179) < 1.0 and 150 < a.std() < 220
+    assert (a == request_lengths(179, 188, 500, seed=2)).all()          # deterministic
+    assert not (a == np.sort(a)).all()                                  # shuffled
+    assert (request_lengths(256, 0, 10, seed=1) == 256).all()
+    with pytest.raises(InputError, match="spread"):
+        request_lengths(10, -1, 5, seed=0)
+
+
+def test_fixed_lengths_all_at_once_run_as_one_batch() -> None:
+    n, s_in, s_out = 8, 100, 20
+    plan = schedule(np.full(n, s_in), np.full(n, s_out), n, 64, 1e9, None, False)
+    assert plan.steps.sum() == s_out                         # prefill step + 19 decodes
+    assert (plan.first_token == 0).all() and (plan.finished == plan.finished[0]).all()
+    assert plan.prefill_tokens[0] == n * s_in and plan.decode_seqs[-1] == n
+    t = timing(plan, np.full(len(plan.steps), 0.01), np.full(n, s_out))
+    assert t.duration_s == pytest.approx(0.2) and t.ttft_s == pytest.approx(0.01)
+    assert t.tpot_s == pytest.approx(0.01)
+
+
+def test_a_token_budget_chunks_prompts_and_delays_first_tokens() -> None:
+    plan = schedule(np.full(4, 1000), np.full(4, 5), 4, 64, 1e9, 1500, True)
+    assert plan.prefill_tokens.max() <= 1500
+    assert len(set(plan.first_token)) > 1                    # not all prompts in one step
+
+
+def test_spread_outputs_drain_slower_than_fixed_ones_of_the_same_mean() -> None:
+    fixed = job_row(InferenceWorkload(202, 179), Job(500))
+    spread = job_row(InferenceWorkload(202, 179, "bf16", 222, 188), Job(500))
+    # the longest requests run on alone at the end: the job lasts longer
+    assert spread.duration_s > 1.3 * fixed.duration_s
+    assert spread.tokens_per_s_per_replica < fixed.tokens_per_s_per_replica
+
+
+def test_more_clients_than_slots_queue_in_ttft() -> None:
+    w = InferenceWorkload(256, 128)
+    slots = job_row(w, Job(400, 32), cap=32)
+    queued = job_row(w, Job(400, 128), cap=32)
+    assert queued.ttft_ms > 2 * slots.ttft_ms
+    assert queued.tokens_per_s_per_replica == pytest.approx(slots.tokens_per_s_per_replica,
+                                                            rel=0.1)
+
+
+def test_kv_admission_reserving_never_overflows_and_preemption_recomputes() -> None:
+    inputs, outputs = np.full(20, 100), np.full(20, 100)
+    reserve = schedule(inputs, outputs, 20, 20, 1000.0, None, False, reserve_output=True)
+    assert reserve.peak_kv_tokens <= 1000
+    assert reserve.decode_seqs.max() <= 5                    # 1000 / (100 + 100)
+    grow = schedule(inputs, outputs, 20, 20, 1000.0, None, False, reserve_output=False)
+    assert (grow.finished >= 0).all() and (grow.first_token >= 0).all()
+    assert grow.peak_kv_tokens <= 1000 + 20                  # preempted back under the pool
+    # recomputation prefills more prompt tokens than the prompts themselves
+    assert grow.prefill_tokens.sum() > inputs.sum()
+
+
+def test_search_with_a_job_scores_each_layout_on_its_run() -> None:
+    w = InferenceWorkload(202, 179, "bf16", 222, 188)
+    result = search(get_model("llama3-70b"), w, Cluster(get_gpu("h100-80gb"), 1, 8),
+                    engine=VLLM, job=Job(1000))
+    t = result.table
+    assert result.job == Job(1000) and "job_duration_s" in t.columns
+    assert (t["batch"] == VLLM.max_num_seqs).all()
+    tokens = 1000 * 179
+    # throughput is the job's output tokens over its duration, replicas sharing the job
+    per_replica = t["tokens_per_s_per_replica"] * t["job_duration_s"]
+    assert np.allclose(per_replica, tokens / t["replicas"], rtol=0.02)
+    with pytest.raises(InputError, match="--num-requests"):
+        search(MODEL, w, CLUSTER, engine=VLLM, job=Job(10), pins=Pins(batch=(4,)))
+    with pytest.raises(InputError, match="--num-requests"):
+        Job(0)
+
+
+def test_datasets_are_sourced_and_usable() -> None:
+    assert {"sharegpt", "mlperf-llama2-70b"} <= set(names())
+    share = get_dataset("sharegpt")
+    assert share.output_len_std_tokens > 0.9 * share.output_len_tokens    # long-tailed
+    with pytest.raises(InputError, match="allowed are"):
+        get_dataset("nope")
+
+
+def test_cli_runs_a_sharegpt_job(capsys, tmp_path) -> None:
+    code, out, err = run_cli(BASE + ["--dataset", "sharegpt", "--num-requests", "500",
+                                     "--format", "json", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["num_requests"] == 500 and data["clients"] is None
+    assert data["input_len_tokens"] == 202 and data["output_len_std_tokens"] == 188
+    assert data["plans"][0]["job_duration_s"] > 0
+    code, out, err = run_cli(BASE + ["--dataset", "sharegpt", "--num-requests", "300",
+                                     "--concurrency", "64", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "300 requests sent by 64 clients" in out and "job s" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--input-len", "128"], "--input-len and --output-len"),
+    (["--dataset", "sharegpt", "--num-requests", "0"], "--num-requests"),
+    (["--dataset", "sharegpt", "--num-requests", "10", "--batch", "4"], "--num-requests"),
+    (["--dataset", "sharegpt", "--num-requests", "10", "--concurrency", "4,8"], "one --concurrency"),
+    (["--input-len", "128", "--output-len", "16", "--output-len-std", "-3"], "--output-len-std"),
+])
+def test_bad_job_input_is_one_line(capsys, tmp_path, args, message) -> None:
+    code, _, err = run_cli(BASE + args + ["-o", str(tmp_path)], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_published_offline_points_are_asked_as_jobs() -> None:
+    points = load_points(default_points_path())
+    row = next(r for r in points.itertuples(index=False) if r.point_id == "J056")
+    assert row.num_requests == 500 and row.output_len_std_tokens > 0
+    pred = ask(row)
+    w = InferenceWorkload(202, 179, "bf16", row.input_len_std_tokens,
+                          row.output_len_std_tokens)
+    direct = search(MODEL, w, CLUSTER, engine=VLLM, job=Job(500),
+                    max_batch=int(row.batch), pins=Pins((1,), (1,))).table.iloc[0]
+    assert pred.tokens_per_s_per_gpu == pytest.approx(direct.tokens_per_s_per_gpu)
