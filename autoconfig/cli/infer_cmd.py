@@ -87,7 +87,8 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "powers of two up to --max-batch).")
 @click.option("--concurrency", type=IntListOrAuto, default=None,
               help="Continuous batching: requests in flight per replica to predict, e.g. "
-                   "32,64 (default: the largest meeting the limits).")
+                   "32,64 (default: the largest meeting the limits); with --num-requests, "
+                   "the job's clients.")
 @click.option("--request-rate", type=float, default=None,
               help="Continuous batching: requests/s the whole cluster must serve; each layout "
                    "at the concurrency that rate brings (Little's law).")

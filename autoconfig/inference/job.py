@@ -163,14 +163,11 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                 if first_token[r] < 0:
                     first_token[r] = seg
             new = np.array(first, dtype=np.int64)
-            old = len(ids)
             ids = np.concatenate([ids, new])
             left = np.concatenate([left, resume[new] + 1])
             context = np.concatenate([context, prompt[new].astype(np.float64)])
-            left[old:] -= 1                     # the prompt's last chunk yields a token
-            context[old:] += 1.0
-            left[:old] -= 1
-            context[:old] += 1.0
+            left -= 1                           # a decode each, the new ones' from the prompt
+            context += 1.0
         else:
             steps = int(left.min())
             if not reserve_output:              # stop where the cache would overflow
@@ -180,9 +177,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             left -= steps
             context += steps
         ending = left <= 0
-        done_now: list[int] = []
-        if ending.any():
-            done_now = ids[ending].tolist()
+        done_now = int(ending.sum())
+        if done_now:
             finished[ids[ending]] = seg
             ids, left, context = ids[~ending], left[~ending], context[~ending]
         reserved = _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output)
@@ -193,7 +189,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             waiting.appendleft(r)
             reserved = _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output)
         peak = max(peak, reserved)
-        for _ in done_now:
+        for _ in range(done_now):           # each client sends its next request
             if next_sent < n:
                 sent_after[next_sent] = seg
                 waiting.append(next_sent)
@@ -238,15 +234,20 @@ def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming
                      output_tokens=int(outputs.sum()))
 
 
+def activation_tokens(engine, workload, count: int) -> np.ndarray:
+    """Tokens of a job step's largest forward pass, per plan: the engine's step budget,
+    or a whole prompt where it sets none."""
+    return np.full(count, float(engine.max_batched_tokens or workload.input_len_tokens))
+
+
 def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.DataFrame:
     """Each plan (``plans.batch``: its engine's cap on running sequences) serving
     ``job``: mean TTFT, TPOT and latency, the job's duration and its output
     tokens/s per replica, and whether its largest request fits the KV cache at all."""
     from autoconfig.inference.latency import StepLoad, stage_seconds
 
-    fixed_budget = engine.max_batched_tokens
-    activation = np.full(len(plans), float(fixed_budget or workload.input_len_tokens))
-    capacity = kv_capacity_tokens(model, workload, plans, activation, cluster.gpu)
+    capacity = kv_capacity_tokens(model, workload, plans,
+                                  activation_tokens(engine, workload, len(plans)), cluster.gpu)
     rows = []
     for i in range(len(plans)):
         one = plans.take([i])
@@ -257,7 +258,7 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                                   share.requests, seed=2)
         largest = float((inputs + outputs).max())
         plan = schedule(inputs, outputs, share.clients or share.requests, int(one.batch[0]),
-                        float(capacity[i]), fixed_budget, engine.chunked_prefill,
+                        float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
                         engine.kv_reserves_output)
         pp = float(one.pp[0])
         stage, _ = stage_seconds(model, workload, one, cluster, constants, engine, StepLoad(

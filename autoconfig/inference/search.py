@@ -368,9 +368,8 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
         table[f"{unit}_per_s_total"] = per_replica * table["replicas"]
     table["job_duration_s"] = runs["duration_s"].to_numpy()
     held = runs["peak_kv_tokens"].to_numpy() / plans.batch
-    activation = np.full(len(plans), float(engine.max_batched_tokens
-                                           or workload.input_len_tokens))
-    mem = memory_per_gpu(model, workload, plans, activation, held)
+    mem = memory_per_gpu(model, workload, plans,
+                         jobs.activation_tokens(engine, workload, len(plans)), held)
     table["memory_gib"] = mem.total_bytes / 2**30
     table["kv_cache_gib"] = mem.kv_cache_bytes / 2**30
     return table
