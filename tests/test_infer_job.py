@@ -1,6 +1,7 @@
 """Finite serving jobs (``infer --num-requests``): spread lengths, the engine's
 step-by-step schedule, the drain of an offline run, closed-loop clients,
-KV-limited admission and preemption, through the library and the real CLI."""
+arrivals at a request rate, KV-limited admission and preemption, through the
+library and the real CLI."""
 
 import json
 
@@ -13,7 +14,7 @@ from autoconfig.errors import InputError
 from autoconfig.inference import engine as engines
 from autoconfig.inference.datasets import get_dataset, names
 from autoconfig.inference.job import Job, run, schedule, timing
-from autoconfig.inference.lengths import request_lengths
+from autoconfig.inference.lengths import arrival_times_s, request_lengths
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.inference.published import ask, load_points, default_points_path
 from autoconfig.inference.search import Pins, search
@@ -137,6 +138,9 @@ def test_cli_runs_a_sharegpt_job(capsys, tmp_path) -> None:
     (["--dataset", "sharegpt", "--num-requests", "10", "--batch", "4"], "--num-requests"),
     (["--dataset", "sharegpt", "--num-requests", "10", "--concurrency", "4,8"], "one --concurrency"),
     (["--input-len", "128", "--output-len", "16", "--output-len-std", "-3"], "--output-len-std"),
+    (["--dataset", "sharegpt", "--num-requests", "10", "--concurrency", "4", "--request-rate",
+      "2"], "not both"),
+    (["--dataset", "sharegpt", "--num-requests", "10", "--request-rate", "-1"], "--request-rate"),
 ])
 def test_bad_job_input_is_one_line(capsys, tmp_path, args, message) -> None:
     code, _, err = run_cli(BASE + args + ["-o", str(tmp_path)], capsys)
@@ -153,3 +157,90 @@ def test_published_offline_points_are_asked_as_jobs() -> None:
     direct = search(MODEL, w, CLUSTER, engine=VLLM, job=Job(500),
                     max_batch=int(row.batch), pins=Pins((1,), (1,))).table.iloc[0]
     assert pred.tokens_per_s_per_gpu == pytest.approx(direct.tokens_per_s_per_gpu)
+
+
+def test_arrivals_are_a_deterministic_poisson_process() -> None:
+    t = arrival_times_s(4.0, 2000, seed=3)
+    gaps = np.diff(t)
+    assert t[0] == 0.0 and (gaps > 0).all()
+    assert np.mean(gaps) == pytest.approx(0.25, rel=0.02)
+    assert np.std(gaps) == pytest.approx(0.25, rel=0.05)        # exponential: sd = mean
+    assert (t == arrival_times_s(4.0, 2000, seed=3)).all()
+    with pytest.raises(InputError, match="--request-rate"):
+        arrival_times_s(0.0, 5, seed=3)
+
+
+def _rate_job(rate: float, n: int = 400):
+    w = InferenceWorkload(512, 128, "bf16")
+    return job_row(w, Job(n, None, rate))
+
+
+def test_a_slow_rate_serves_each_request_nearly_alone_and_lasts_as_long_as_its_arrivals() -> None:
+    slow = _rate_job(0.1, 40)
+    alone = job_row(InferenceWorkload(512, 128, "bf16"), Job(1))
+    # Requests 10 s apart on average (one takes about 1.3 s here) rarely meet:
+    # each sees the engine about as a single request does.
+    assert slow.ttft_ms == pytest.approx(alone.ttft_ms, rel=0.05)
+    assert slow.tpot_ms == pytest.approx(alone.tpot_ms, rel=0.05)
+    span = 39 / 0.1                                  # last send, in seconds, near 39 gaps
+    assert span * 0.8 < slow.duration_s < span * 1.2 + alone.latency_ms / 1e3
+
+
+def test_load_raises_tpot_and_past_capacity_ttft_grows_like_a_queue() -> None:
+    rows = [_rate_job(r) for r in (2.0, 8.0, 32.0, 1e4)]
+    tpot = [r.tpot_ms for r in rows]
+    assert tpot == sorted(tpot) and tpot[-1] > 2 * tpot[0]
+    assert rows[2].ttft_ms < rows[3].ttft_ms               # more waiting, nearer all-at-once
+    offline = job_row(InferenceWorkload(512, 128, "bf16"), Job(400))
+    assert rows[3].tokens_per_s_per_replica == pytest.approx(
+        offline.tokens_per_s_per_replica, rel=0.05)
+    assert rows[0].tokens_per_s_per_replica < rows[1].tokens_per_s_per_replica
+
+
+def test_exact_timing_never_starts_a_request_before_it_was_sent() -> None:
+    from autoconfig.inference import job as jobs
+    captured = {}
+    real = jobs.timing
+
+    def spy(plan, step_s, outputs):
+        captured["plan"], captured["step_s"] = plan, step_s
+        return real(plan, step_s, outputs)
+    jobs.timing = spy
+    try:
+        _rate_job(16.0)
+    finally:
+        jobs.timing = real
+    plan, step_s = captured["plan"], captured["step_s"]
+    durations = plan.steps * step_s
+    ends = np.cumsum(durations)
+    ends = ends + np.maximum.accumulate(np.maximum(plan.not_before_s - (ends - durations), 0))
+    starts = ends - durations
+    first = plan.first_token
+    assert (starts[first] >= plan.sent_at_s[np.arange(len(first))] - 1e-9).all()
+    # The schedule's clock was kept on the exact step model: its last arrival
+    # is admitted where the exact timeline has reached it, not seconds later.
+    last = int(np.argmax(plan.sent_at_s))
+    assert ends[first[last]] - plan.sent_at_s[last] < 0.5
+
+
+def test_cli_runs_a_job_at_a_request_rate(capsys, tmp_path) -> None:
+    code, out, err = run_cli(BASE + ["--dataset", "sharegpt", "--num-requests", "200",
+                                     "--request-rate", "5", "--format", "json",
+                                     "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["job_request_rate_per_s"] == 5 and data["num_requests"] == 200
+    assert data["plans"][0]["job_duration_s"] > 199 / 5 * 0.8
+    code, out, err = run_cli(BASE + ["--dataset", "sharegpt", "--num-requests", "200",
+                                     "--request-rate", "5", "-o", str(tmp_path)], capsys)
+    assert code == 0 and "200 requests arriving at 5/s (Poisson)" in out, err
+
+
+def test_published_poisson_runs_are_asked_as_jobs_at_their_rate() -> None:
+    points = load_points(default_points_path())
+    row = next(r for r in points.itertuples(index=False) if r.point_id == "J092")
+    assert row.num_requests == 300 and row.request_rate_per_s == 1.0
+    pred = ask(row)
+    # 300 requests at 1/s last about 300 s, so the output rate is near the
+    # arrival rate times the output length, not the engine's capacity.
+    assert pred.tokens_per_s_per_gpu * 8 == pytest.approx(1024.0, rel=0.1)

@@ -61,9 +61,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "override it.")
 @click.option("--num-requests", type=int, default=None,
               help="Predict a finite job of this many requests on an in-flight engine: all "
-                   "sent at once (offline), or by --concurrency clients that each send the next "
-                   "when one finishes; scored on its means and its duration, the drain and the "
-                   "queueing included.")
+                   "sent at once (offline), by --concurrency clients that each send the next "
+                   "when one finishes, or at --request-rate (Poisson arrivals, as vLLM's and "
+                   "SGLang's serving benchmarks send them); scored on its means and its "
+                   "duration, the drain and the queueing included.")
 @click.option("--max-ttft-ms", type=float, help="Limit on time to first token.")
 @click.option("--max-tpot-ms", type=float, help="Limit on time per output token.")
 @click.option("--max-latency-ms", type=float, help="Limit on request latency.")
@@ -91,7 +92,8 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "the job's clients.")
 @click.option("--request-rate", type=float, default=None,
               help="Continuous batching: requests/s the whole cluster must serve; each layout "
-                   "at the concurrency that rate brings (Little's law).")
+                   "at the concurrency that rate brings (Little's law). With --num-requests: "
+                   "the job's arrival rate.")
 @click.option("--disaggregated", is_flag=True,
               help="Also rank serving with prefill and decode on separate GPU pools (the KV "
                    "cache moved between them), as rows beside aggregated serving.")
@@ -182,8 +184,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if num_requests is not None:
         if concurrency and len(concurrency) > 1:
             raise InputError("--num-requests takes one --concurrency (its clients), not a list")
-        job = Job(num_requests, concurrency[0] if concurrency else None)
-        concurrency = None
+        job = Job(num_requests, concurrency[0] if concurrency else None, request_rate)
+        concurrency = request_rate = None
     pins = Pins(tp=tuple(tp or ()), pp=tuple(pp or ()), batch=tuple(batch or concurrency or ()))
     options = None
     if profile:

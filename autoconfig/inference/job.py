@@ -6,7 +6,9 @@ A benchmark or a batch job does: ``N`` requests with spread lengths
 next request when their last one finishes (``C = N``: all at once, the
 offline case of vLLM's ``benchmark_serving --request-rate inf`` and MLPerf's
 Offline scenario; ``C < N``: LMDeploy's ``profile_throughput --concurrency``,
-``--max-concurrency``). Three effects steady state misses:
+``--max-concurrency``), or sent at a request rate as a Poisson process
+(``benchmark_serving --request-rate R``, MLPerf's Server scenario). Three
+effects steady state misses:
 
 - **the drain:** the job ends when its last request does. Once the queue is
   empty the engine runs ever smaller batches; with a long-tailed output length
@@ -33,6 +35,7 @@ segment. Every request's TTFT and latency are counted from when its client
 sent it; TPOT is its decode time over its output tokens after the first.
 """
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -40,16 +43,18 @@ import numpy as np
 import pandas as pd
 
 from autoconfig.errors import MAX_COUNT, InputError, shown
-from autoconfig.inference.lengths import request_lengths
+from autoconfig.inference.lengths import arrival_times_s, request_lengths
 from autoconfig.inference.memory import kv_capacity_tokens
 
 
 @dataclass(frozen=True)
 class Job:
-    """``requests`` sent by ``clients`` closed-loop clients (None: all at once)."""
+    """``requests`` sent by ``clients`` closed-loop clients, or at ``rate_per_s``
+    requests/s (Poisson, over the whole cluster), or all at once (neither)."""
 
     requests: int
     clients: int | None = None
+    rate_per_s: float | None = None
 
     def __post_init__(self) -> None:
         for name, flag in (("requests", "--num-requests"), ("clients", "--concurrency")):
@@ -60,11 +65,21 @@ class Job:
                     or not 1 <= value <= MAX_COUNT:
                 raise InputError(f"invalid {flag} {shown(value)}: must be a positive integer "
                                  f"up to {MAX_COUNT}")
+        if self.rate_per_s is not None:
+            rate = self.rate_per_s
+            if isinstance(rate, bool) or not isinstance(rate, (int, float, np.number)) \
+                    or not (0 < rate < float("inf")):
+                raise InputError(f"invalid --request-rate {shown(rate)}: must be a positive "
+                                 "number of requests/s")
+            if self.clients is not None:
+                raise InputError("give a job either --concurrency (closed-loop clients) or "
+                                 "--request-rate (arrivals at a rate), not both")
 
     def per_replica(self, replicas: int) -> "Job":
-        """The share of one of ``replicas`` replicas (requests spread evenly)."""
+        """The share of one of ``replicas`` replicas (requests and rate spread evenly)."""
         clients = None if self.clients is None else max(1, round(self.clients / replicas))
-        return Job(max(1, round(self.requests / replicas)), clients)
+        rate = None if self.rate_per_s is None else self.rate_per_s / replicas
+        return Job(max(1, round(self.requests / replicas)), clients, rate)
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,11 @@ class Schedule:
     """Per request: the segment whose end produced its last token."""
     peak_kv_tokens: float
     """Most KV tokens reserved at once."""
+    not_before_s: np.ndarray | None = None
+    """Per segment: the latest send time of the requests it admits (arrivals at a
+    rate; the segment cannot start before it), else None."""
+    sent_at_s: np.ndarray | None = None
+    """Per request: its send time (arrivals at a rate), else None."""
 
 
 class _Segments:
@@ -101,9 +121,47 @@ class _Segments:
         return len(self.rows) - 1
 
 
+class _Clock:
+    """Time as a schedule with arrivals at a rate sees it: advanced by a cheap
+    estimate of each segment (``estimate(decode_seqs, prefill_tokens)``, seconds
+    of one step), and every ``SYNC`` segments set to the exact end of the
+    segments so far (``exact``: the step model on their arrays, vectorised), the
+    estimate rescaled by how far it was off, so its errors never add up over a
+    long job."""
+
+    SYNC = 16
+
+    def __init__(self, estimate, exact) -> None:
+        self.estimate, self.exact = estimate, exact
+        self.now = self.end = 0.0
+        self.ratio = 1.0
+        self.synced = 0
+        self.guessed = 0.0
+
+    def step_s(self, decode_seqs, prefill_tokens) -> float:
+        return self.ratio * self.estimate(decode_seqs, prefill_tokens)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.guessed += seconds
+
+    def sync(self, rows: list, not_before: list) -> None:
+        if len(rows) - self.synced < self.SYNC:
+            return
+        steps, seqs, context, tokens, prefill_context, logits = \
+            (np.asarray(c, dtype=float) for c in zip(*rows[self.synced:]))
+        exact = steps * self.exact(seqs, context, tokens, prefill_context, logits)
+        for wait, seconds in zip(not_before[self.synced:], exact):
+            self.end = max(self.end, wait) + float(seconds)
+        if self.guessed > 0:
+            self.ratio *= float(exact.sum()) / self.guessed
+        self.now, self.guessed, self.synced = self.end, 0.0, len(rows)
+
+
 def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: int,
              kv_capacity_tokens: float, budget_tokens: int | None, chunked: bool,
-             reserve_output: bool = True) -> Schedule:
+             reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
+             clock: "_Clock | None" = None) -> Schedule:
     """Which requests every engine step runs (module doc). ``budget_tokens``: the
     tokens one step may process, decodes included (None: no cap); ``chunked``:
     prompts are split to fill it, else whole prompts go while they fit (at least
@@ -111,13 +169,21 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     prompt and output; else against its prompt, the cache grows a token per
     decode, and when it overflows the newest running request is preempted: its
     cache freed, it goes back to the head of the queue and is recomputed (its
-    prompt and the tokens it had generated prefilled again), as vLLM does."""
+    prompt and the tokens it had generated prefilled again), as vLLM does.
+
+    ``arrivals_s``: requests are sent at these times instead of by clients, so
+    which step admits them depends on time, kept by ``clock`` (``_Clock``):
+    decode runs stop at the next arrival, and an idle engine waits for it. Each
+    segment keeps the latest send time of what it admits (``not_before_s``), so
+    the exact timing afterwards never starts work before its request was sent."""
+    timed = arrivals_s is not None
     n = len(inputs)
     sent_after = np.full(n, -1, dtype=np.int64)
     first_token = np.full(n, -1, dtype=np.int64)
     finished = np.full(n, -1, dtype=np.int64)
-    waiting = deque(range(min(clients, n)))
-    next_sent = min(clients, n)
+    waiting = deque() if timed else deque(range(min(clients, n)))
+    next_sent = 0 if timed else min(clients, n)
+    not_before, latest = [], 0.0
     prompt = inputs.astype(np.int64).copy()     # tokens to prefill (grows when recomputed)
     resume = outputs.astype(np.int64) - 1       # tokens to generate after the prompt's
     prefilling: list[list[int]] = []            # [request, prompt tokens done]
@@ -130,7 +196,15 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     def need(r: int) -> float:
         return float(prompt[r] + (resume[r] + 1 if reserve_output else 0))
 
-    while waiting or prefilling or len(ids):
+    while waiting or prefilling or len(ids) or (timed and next_sent < n):
+        if timed:
+            clock.sync(segments.rows, not_before)
+            if not (waiting or prefilling or len(ids)):
+                clock.now = max(clock.now, float(arrivals_s[next_sent]))    # idle till then
+            while next_sent < n and arrivals_s[next_sent] <= clock.now:
+                waiting.append(next_sent)
+                next_sent += 1
+        latest = 0.0
         while waiting and len(prefilling) + len(ids) < max_seqs:
             r = waiting[0]
             if reserved + need(r) > kv_capacity_tokens and (prefilling or len(ids)):
@@ -138,6 +212,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             waiting.popleft()
             reserved += need(r)
             prefilling.append([r, 0])
+            if timed:
+                latest = max(latest, float(arrivals_s[r]))
         peak = max(peak, reserved)
         if prefilling:
             room = np.inf if budget_tokens is None else max(0, budget_tokens - len(ids))
@@ -159,6 +235,9 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             seg = segments.add(1, decoders, float(context.mean() + 0.5) if decoders else 0.0,
                                tokens, weighted / tokens if tokens else 0.0,
                                decoders + len(first))
+            if timed:
+                row = segments.rows[seg]
+                clock.advance(clock.step_s(row[1], row[3]))
             for r in first:
                 if first_token[r] < 0:
                     first_token[r] = seg
@@ -172,6 +251,12 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             steps = int(left.min())
             if not reserve_output:              # stop where the cache would overflow
                 steps = max(1, min(steps, int((kv_capacity_tokens - reserved) // len(ids))))
+            if timed:
+                one = clock.step_s(len(ids), 0)
+                if next_sent < n:               # stop at the next arrival
+                    wait = arrivals_s[next_sent] - clock.now
+                    steps = max(1, min(steps, int(np.ceil(wait / one))))
+                clock.advance(steps * one)
             seg = segments.add(steps, len(ids), float(context.mean() + steps / 2.0),
                                0, 0.0, len(ids))
             left -= steps
@@ -189,7 +274,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             waiting.appendleft(r)
             reserved = _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output)
         peak = max(peak, reserved)
-        for _ in range(done_now):           # each client sends its next request
+        not_before.append(latest)              # one segment per pass
+        for _ in range(0 if timed else done_now):   # each client sends its next request
             if next_sent < n:
                 sent_after[next_sent] = seg
                 waiting.append(next_sent)
@@ -197,7 +283,9 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     columns = list(zip(*segments.rows)) if segments.rows else [()] * 6
     arrays = [np.asarray(c, dtype=float) for c in columns]
     return Schedule(*arrays, sent_after=sent_after, first_token=first_token, finished=finished,
-                    peak_kv_tokens=peak)
+                    peak_kv_tokens=peak,
+                    not_before_s=np.asarray(not_before, dtype=float) if timed else None,
+                    sent_at_s=np.asarray(arrivals_s, dtype=float) if timed else None)
 
 
 def _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output: bool) -> float:
@@ -223,8 +311,16 @@ class JobTiming:
 
 def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming:
     """Times of a schedule whose segments each take ``steps * step_s`` seconds."""
-    ends = np.cumsum(plan.steps * step_s)
-    sent = np.where(plan.sent_after >= 0, ends[np.maximum(plan.sent_after, 0)], 0.0)
+    durations = plan.steps * step_s
+    ends = np.cumsum(durations)
+    if plan.sent_at_s is not None:
+        # end_k = max(end_{k-1}, not_before_k) + d_k, in closed form: the cumulative
+        # busy time plus the largest wait any earlier segment had to make.
+        waits = np.maximum(plan.not_before_s - (ends - durations), 0.0)
+        ends = ends + np.maximum.accumulate(waits)
+        sent = plan.sent_at_s
+    else:
+        sent = np.where(plan.sent_after >= 0, ends[np.maximum(plan.sent_after, 0)], 0.0)
     first = ends[plan.first_token]
     last = ends[plan.finished]
     many = outputs > 1
@@ -244,8 +340,6 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
     """Each plan (``plans.batch``: its engine's cap on running sequences) serving
     ``job``: mean TTFT, TPOT and latency, the job's duration and its output
     tokens/s per replica, and whether its largest request fits the KV cache at all."""
-    from autoconfig.inference.latency import StepLoad, stage_seconds
-
     capacity = kv_capacity_tokens(model, workload, plans,
                                   activation_tokens(engine, workload, len(plans)), cluster.gpu)
     rows = []
@@ -257,16 +351,22 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
         outputs = request_lengths(workload.output_len_tokens, workload.output_len_std_tokens,
                                   share.requests, seed=2)
         largest = float((inputs + outputs).max())
+
+        def seconds(decode_seqs, decode_context, prefill_tokens, prefill_context, logits_rows):
+            return step_seconds(model, workload, one, cluster, constants, engine, decode_seqs,
+                                decode_context, prefill_tokens, prefill_context, logits_rows)
+        arrivals, clock = None, None
+        if share.rate_per_s is not None:
+            arrivals = arrival_times_s(share.rate_per_s, share.requests, seed=3)
+            clock = _Clock(step_estimator(seconds, int(one.batch[0]), float(largest),
+                                          engine.max_batched_tokens or int(inputs.max()),
+                                          workload.input_len_tokens, workload.output_len_tokens),
+                           seconds)
         plan = schedule(inputs, outputs, share.clients or share.requests, int(one.batch[0]),
                         float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
-                        engine.kv_reserves_output)
-        pp = float(one.pp[0])
-        stage, _ = stage_seconds(model, workload, one, cluster, constants, engine, StepLoad(
-            decode_seqs=plan.decode_seqs[None, :] / pp, decode_context=plan.decode_context[None, :],
-            prefill_tokens=plan.prefill_tokens[None, :] / pp,
-            prefill_context=plan.prefill_context[None, :],
-            logits_rows=plan.logits_rows[None, :] / pp))
-        step_s = pp * stage[0] + engine.step_overhead_s
+                        engine.kv_reserves_output, arrivals, clock)
+        step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
+                         plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs)
         rows.append({"ttft_ms": t.ttft_s * 1e3, "tpot_ms": t.tpot_s * 1e3,
                      "latency_ms": t.latency_s * 1e3, "duration_s": t.duration_s,
@@ -276,3 +376,48 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                      "peak_kv_tokens": plan.peak_kv_tokens,
                      "fits": bool(capacity[i] >= largest)})
     return pd.DataFrame(rows)
+
+
+def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, decode_context,
+                 prefill_tokens, prefill_context, logits_rows) -> np.ndarray:
+    """Seconds of engine steps of one plan (``one``) with these loads (arrays of a
+    replica's step): every pipeline stage in turn, plus the engine's host cost."""
+    from autoconfig.inference.latency import StepLoad, stage_seconds
+
+    pp = float(one.pp[0])
+    row = lambda values: np.asarray(values, dtype=float)[None, :]   # noqa: E731
+    stage, _ = stage_seconds(model, workload, one, cluster, constants, engine, StepLoad(
+        decode_seqs=row(decode_seqs) / pp, decode_context=row(decode_context),
+        prefill_tokens=row(prefill_tokens) / pp, prefill_context=row(prefill_context),
+        logits_rows=row(logits_rows) / pp))
+    return pp * stage[0] + engine.step_overhead_s
+
+
+def step_estimator(seconds, max_seqs: int, max_context: float, max_prefill_tokens: int,
+                   input_len: float, output_len: float):
+    """A cheap stand-in for the step model while a timed schedule is built
+    (``_Clock``): the exact seconds of one step on a grid of decode sequences x
+    prefill tokens (at the job's mean contexts), read by bilinear interpolation.
+    It only decides which step an arrival lands in; the schedule is timed
+    exactly afterwards."""
+    seqs = np.unique(np.concatenate([[0.0], np.geomspace(1, max(max_seqs, 1), 12).round()]))
+    tokens = np.unique(np.concatenate(
+        [[0.0], np.geomspace(16, max(max_prefill_tokens, 16), 10).round()]))
+    grid_d, grid_p = np.meshgrid(seqs, tokens, indexing="ij")
+    decode_context = min(input_len + output_len / 2.0, max_context)
+    flat = seconds(grid_d.ravel(), np.full(grid_d.size, decode_context), grid_p.ravel(),
+                   np.full(grid_d.size, input_len / 2.0), grid_d.ravel() + (grid_p.ravel() > 0))
+    table = flat.reshape(grid_d.shape)
+    seq_list, token_list = seqs.tolist(), tokens.tolist()
+
+    def weights(axis: list, value: float) -> tuple:
+        j = min(max(bisect_right(axis, value) - 1, 0), len(axis) - 2)
+        w = (value - axis[j]) / (axis[j + 1] - axis[j])
+        return j, min(max(w, 0.0), 1.0) if value <= axis[-1] else w
+
+    def estimate(decode_seqs, prefill_tokens) -> float:
+        i, a = weights(seq_list, float(decode_seqs))
+        j, b = weights(token_list, float(prefill_tokens))
+        return float((1 - a) * ((1 - b) * table[i, j] + b * table[i, j + 1])
+                     + a * ((1 - b) * table[i + 1, j] + b * table[i + 1, j + 1]))
+    return estimate

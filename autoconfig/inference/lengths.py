@@ -46,3 +46,15 @@ def request_lengths(mean_tokens: float, std_tokens: float, n: int, seed: int,
     lengths = np.random.default_rng(seed).permutation(lengths)
     top = max_tokens if max_tokens is not None else np.inf
     return np.clip(np.rint(lengths), 1, top).astype(np.int64)
+
+
+def arrival_times_s(rate_per_s: float, n: int, seed: int) -> np.ndarray:
+    """Send times of ``n`` requests of a Poisson process at ``rate_per_s``, the first
+    at 0: exponential gaps (the mid-quantiles ``-ln(1 - q) / rate``, as lengths
+    above) in a fixed order chosen by ``seed``, as vLLM's and SGLang's serving
+    benchmarks draw them for ``--request-rate``."""
+    if not (rate_per_s > 0 and np.isfinite(rate_per_s)):
+        raise InputError(f"invalid --request-rate {rate_per_s!r}: must be a positive number")
+    gaps = -np.log1p(-(np.arange(n) + 0.5) / n) / rate_per_s
+    gaps = np.random.default_rng(seed).permutation(gaps)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)

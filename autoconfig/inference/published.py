@@ -97,7 +97,8 @@ def _layout(row) -> tuple[int, int, int, int]:
 def ask(row) -> pd.Series:
     """The prediction ``autoconfig infer`` gives for this point: a static batch
     (``batch``); a finite job of ``num_requests`` (``infer --num-requests``), sent
-    all at once or by ``clients`` closed-loop clients; a request rate; a fixed
+    all at once, by ``clients`` closed-loop clients or at the request rate
+    (Poisson arrivals); a request rate at steady state; a fixed
     concurrency (``clients``); or, with none of these, offline at the largest
     concurrency that fits. For continuous batching ``batch`` is the engine's cap
     on running sequences of one replica that the source ran with."""
@@ -122,7 +123,8 @@ def ask(row) -> pd.Series:
     if str(row.batching) != "continuous":
         mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (int(batch),))
     elif requests is not None:
-        rate, job = None, Job(int(requests), None if clients is None else int(clients))
+        arriving = rate if rate is not None and math.isfinite(rate) else None
+        rate, job = None, Job(int(requests), None if clients is None else int(clients), arriving)
     elif rate is not None and math.isfinite(rate):
         pass
     elif clients is not None:

@@ -79,7 +79,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
 
 
 def _job_text(job) -> str:
-    how = "sent all at once" if job.clients is None else f"sent by {job.clients} clients"
+    how = ("sent all at once" if job.clients is None else f"sent by {job.clients} clients") \
+        if job.rate_per_s is None else f"arriving at {job.rate_per_s:g}/s (Poisson)"
     return f"{job.requests} requests {how}"
 
 
@@ -122,6 +123,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "output_len_std_tokens": result.workload.output_len_std_tokens,
             "num_requests": result.job.requests if result.job is not None else None,
             "clients": result.job.clients if result.job is not None else None,
+            "job_request_rate_per_s": result.job.rate_per_s if result.job is not None else None,
             "precision": result.workload.precision, "objective": result.objective,
             "engine": result.engine.name if result.engine else None,
             "batching": result.mode,
