@@ -212,8 +212,7 @@ def test_exact_timing_never_starts_a_request_before_it_was_sent() -> None:
         jobs.timing = real
     plan, step_s = captured["plan"], captured["step_s"]
     durations = plan.steps * step_s
-    ends = np.cumsum(durations)
-    ends = ends + np.maximum.accumulate(np.maximum(plan.not_before_s - (ends - durations), 0))
+    ends = jobs.segment_ends(durations, plan.not_before_s)
     starts = ends - durations
     first = plan.first_token
     assert (starts[first] >= plan.sent_at_s[np.arange(len(first))] - 1e-9).all()
@@ -244,3 +243,15 @@ def test_published_poisson_runs_are_asked_as_jobs_at_their_rate() -> None:
     # 300 requests at 1/s last about 300 s, so the output rate is near the
     # arrival rate times the output length, not the engine's capacity.
     assert pred.tokens_per_s_per_gpu * 8 == pytest.approx(1024.0, rel=0.1)
+
+
+def test_segment_ends_follow_the_one_after_another_recurrence() -> None:
+    from autoconfig.inference.job import segment_ends
+    rng = np.random.default_rng(0)
+    durations, not_before = rng.uniform(0, 1, 50), np.sort(rng.uniform(0, 30, 50))
+    for start in (0.0, 12.0):
+        end, expected = start, []
+        for d, wait in zip(durations, not_before):
+            end = max(end, wait) + d
+            expected.append(end)
+        assert segment_ends(durations, not_before, start) == pytest.approx(expected)

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from autoconfig.errors import MAX_COUNT, InputError, shown
-from autoconfig.inference.lengths import arrival_times_s, request_lengths
+from autoconfig.inference.lengths import arrival_times_s, check_rate, request_lengths
 from autoconfig.inference.memory import kv_capacity_tokens
 
 
@@ -66,11 +66,7 @@ class Job:
                 raise InputError(f"invalid {flag} {shown(value)}: must be a positive integer "
                                  f"up to {MAX_COUNT}")
         if self.rate_per_s is not None:
-            rate = self.rate_per_s
-            if isinstance(rate, bool) or not isinstance(rate, (int, float, np.number)) \
-                    or not (0 < rate < float("inf")):
-                raise InputError(f"invalid --request-rate {shown(rate)}: must be a positive "
-                                 "number of requests/s")
+            check_rate(self.rate_per_s)
             if self.clients is not None:
                 raise InputError("give a job either --concurrency (closed-loop clients) or "
                                  "--request-rate (arrivals at a rate), not both")
@@ -151,8 +147,8 @@ class _Clock:
         steps, seqs, context, tokens, prefill_context, logits = \
             (np.asarray(c, dtype=float) for c in zip(*rows[self.synced:]))
         exact = steps * self.exact(seqs, context, tokens, prefill_context, logits)
-        for wait, seconds in zip(not_before[self.synced:], exact):
-            self.end = max(self.end, wait) + float(seconds)
+        self.end = float(segment_ends(exact, np.asarray(not_before[self.synced:]),
+                                      self.end)[-1])
         if self.guessed > 0:
             self.ratio *= float(exact.sum()) / self.guessed
         self.now, self.guessed, self.synced = self.end, 0.0, len(rows)
@@ -183,7 +179,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     finished = np.full(n, -1, dtype=np.int64)
     waiting = deque() if timed else deque(range(min(clients, n)))
     next_sent = 0 if timed else min(clients, n)
-    not_before, latest = [], 0.0
+    not_before = []
     prompt = inputs.astype(np.int64).copy()     # tokens to prefill (grows when recomputed)
     resume = outputs.astype(np.int64) - 1       # tokens to generate after the prompt's
     prefilling: list[list[int]] = []            # [request, prompt tokens done]
@@ -298,6 +294,16 @@ def _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output: boo
     return float(context.sum() + prompt[waiting_prefill].sum())
 
 
+def segment_ends(durations: np.ndarray, not_before: np.ndarray,
+                 start: float = 0.0) -> np.ndarray:
+    """Ends of segments run one after another from ``start``, none begun before
+    its ``not_before``: end_k = max(end_{k-1}, not_before_k) + d_k, in closed
+    form the cumulative busy time plus the largest lead any segment so far had
+    to wait for."""
+    busy = np.cumsum(durations)
+    return busy + np.maximum.accumulate(np.maximum(not_before - (busy - durations), start))
+
+
 @dataclass(frozen=True)
 class JobTiming:
     """Means over the job's requests, and the job's length."""
@@ -312,14 +318,11 @@ class JobTiming:
 def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming:
     """Times of a schedule whose segments each take ``steps * step_s`` seconds."""
     durations = plan.steps * step_s
-    ends = np.cumsum(durations)
     if plan.sent_at_s is not None:
-        # end_k = max(end_{k-1}, not_before_k) + d_k, in closed form: the cumulative
-        # busy time plus the largest wait any earlier segment had to make.
-        waits = np.maximum(plan.not_before_s - (ends - durations), 0.0)
-        ends = ends + np.maximum.accumulate(waits)
+        ends = segment_ends(durations, plan.not_before_s)
         sent = plan.sent_at_s
     else:
+        ends = np.cumsum(durations)
         sent = np.where(plan.sent_after >= 0, ends[np.maximum(plan.sent_after, 0)], 0.0)
     first = ends[plan.first_token]
     last = ends[plan.finished]
@@ -413,7 +416,7 @@ def step_estimator(seconds, max_seqs: int, max_context: float, max_prefill_token
     def weights(axis: list, value: float) -> tuple:
         j = min(max(bisect_right(axis, value) - 1, 0), len(axis) - 2)
         w = (value - axis[j]) / (axis[j + 1] - axis[j])
-        return j, min(max(w, 0.0), 1.0) if value <= axis[-1] else w
+        return j, max(w, 0.0)           # past the last point: extrapolated
 
     def estimate(decode_seqs, prefill_tokens) -> float:
         i, a = weights(seq_list, float(decode_seqs))

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autoconfig.errors import InputError
+from autoconfig.errors import InputError, shown
 
 _SAMPLE = 200_000
 """Draws the quantiles are read from: the largest of 500 requests (quantile 0.999)
@@ -53,8 +53,15 @@ def arrival_times_s(rate_per_s: float, n: int, seed: int) -> np.ndarray:
     at 0: exponential gaps (the mid-quantiles ``-ln(1 - q) / rate``, as lengths
     above) in a fixed order chosen by ``seed``, as vLLM's and SGLang's serving
     benchmarks draw them for ``--request-rate``."""
-    if not (rate_per_s > 0 and np.isfinite(rate_per_s)):
-        raise InputError(f"invalid --request-rate {rate_per_s!r}: must be a positive number")
+    check_rate(rate_per_s)
     gaps = -np.log1p(-(np.arange(n) + 0.5) / n) / rate_per_s
     gaps = np.random.default_rng(seed).permutation(gaps)
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
+
+
+def check_rate(rate_per_s: object) -> None:
+    """InputError unless ``rate_per_s`` is a positive, finite number of requests/s."""
+    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, (int, float, np.number)) \
+            or not 0 < rate_per_s < float("inf"):
+        raise InputError(f"invalid --request-rate {shown(rate_per_s)}: must be a positive "
+                         "number of requests/s")
