@@ -140,6 +140,7 @@ def test_args_parse_and_match_the_plan(name, data):
     assert ns.overlap_param_gather == (sw.overlap_param_gather and sw.overlap_grad_reduce
                                        and p.distributed_optimizer)
     assert ns.grad_reduce_in_bf16 == (sw.grad_reduce_bytes == 2)
+    assert ns.gradient_accumulation_fusion == sw.gradient_accumulation_fusion
     if spec.interleaved:   # Megatron-LM overlaps interleaved pipeline sends unless told not to
         assert ns.overlap_p2p_comm == sw.overlap_p2p_comm
     assert ns.attention_backend == "fused" and ns.transformer_impl == "transformer_engine"

@@ -129,6 +129,8 @@ def test_nemo1_overrides_compose_and_match(name):
         assert model["account_for_embedding_in_pipeline_split"] is True
     elif p.first_stage_layers:
         assert model["num_layers_in_first_pipeline_stage"] == p.first_stage_layers
+    # the yaml's own default leaves it off; the prediction assumed the stack's
+    assert model["gradient_accumulation_fusion"] == spec.software.gradient_accumulation_fusion
     if spec.interleaved:   # the yaml's own default is batched, blocking sends
         assert model["overlap_p2p_comm"] == spec.software.overlap_p2p_comm
         assert model["batch_p2p_comm"] == (not spec.software.overlap_p2p_comm)
@@ -257,6 +259,7 @@ def test_bridge_recipe_values_match(name, monkeypatch):
                                                                       b.weight_decay)
     assert cfg.model.init_method_std == pytest.approx(b.init_method_std, rel=1e-5)
     assert cfg.ddp.overlap_grad_reduce == spec.software.overlap_grad_reduce
+    assert cfg.model.gradient_accumulation_fusion == spec.software.gradient_accumulation_fusion
     assert cfg.comm_overlap.tp_comm_overlap == spec.tp_comm_overlap
     if spec.interleaved:
         assert cfg.comm_overlap.overlap_p2p_comm == spec.software.overlap_p2p_comm

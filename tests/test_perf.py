@@ -279,6 +279,36 @@ def test_shipped_layer_overhead_only_for_non_megatron_core_frameworks():
     assert unknown == pytest.approx(one(plan())["step_time_s"])
 
 
+def test_unfused_gradient_accumulation_streams_the_stage_gradients_every_microbatch():
+    """Without gradient-accumulation fusion each micro-batch reads the 16-bit
+    gradient and reads and writes the accumulator: (2 + 2 x 4) bytes per
+    parameter with fp32 accumulation, 8 more with DeepSpeed's cast copy, over
+    the parameters of the slowest stage at HBM speed; paid m + (pp - 1) times
+    (the bubble's slots included) when the stages are even."""
+    from autoconfig.core.model import layer_params
+    c = load_constants()
+    p = plan(pp=8, dp=16, mbs=1)
+    micro = WORKLOAD.global_batch_size / (p.mbs * p.dp)
+    hbm = A100.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    fused = one(p)
+    middle = GPT3.num_layers / p.pp * layer_params(GPT3) / p.tp
+    for cast, per_param in ((0.0, 10.0), (8.0, 18.0)):
+        sw = SoftwareFeatures(gradient_accumulation_fusion=False, grad_accum_cast_bytes=cast)
+        unfused = one(p, software=sw)
+        # The first and last stages also hold an embedding table, so they are the
+        # slowest; the middle stages' cost is the floor of the added time.
+        added = unfused["step_time_s"] - fused["step_time_s"]
+        floor = (micro + p.pp - 1) * middle * per_param / hbm
+        assert floor < added < floor * 1.2
+        assert unfused["compute_s"] > fused["compute_s"]
+    # fp16 accumulation (Megatron-LM of 2020-21) moves 2 + 2 x 2 bytes.
+    def added(**kw):
+        base = one(p, software=SoftwareFeatures(**kw))["step_time_s"]
+        return one(p, software=SoftwareFeatures(gradient_accumulation_fusion=False,
+                                                **kw))["step_time_s"] - base
+    assert added(grad_reduce_bytes=2) == pytest.approx(0.6 * added(), rel=0.02)
+
+
 FSDP_WORKLOAD = Workload(global_batch_size=512, seq_len=2048)
 FSDP_CLUSTER = cluster_from_gpus(H100, 64, 8)
 

@@ -217,6 +217,11 @@ def stack_options(func):
                      help="Override: distributed-optimizer param all-gather overlapped."),
         click.option("--grad-reduce-dtype", type=click.Choice(tuple(GRAD_REDUCE_DTYPES)),
                      default=None, help="Override: dtype of the gradient reduction."),
+        click.option("--gradient-accumulation-fusion/--no-gradient-accumulation-fusion",
+                     default=None,
+                     help="Override: weight-gradient GEMMs accumulate into the fp32 main "
+                          "gradient (Megatron default); off: a separate pass over the "
+                          "stage's gradients every micro-batch."),
         click.option("--fused-attention/--no-fused-attention", default=None,
                      help="Override: fused (flash) attention."),
         click.option("--p2p-scatter-gather/--no-p2p-scatter-gather", default=None,

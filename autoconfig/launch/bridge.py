@@ -201,6 +201,7 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
         ("ddp.overlap_grad_reduce", spec.software.overlap_grad_reduce),
         ("ddp.overlap_param_gather", spec.overlap_param_gather),
         ("ddp.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),
+        ("model.gradient_accumulation_fusion", spec.software.gradient_accumulation_fusion),
         ("mixed_precision.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),
         ("dataset.seq_length", w.seq_len),
         ("tokenizer.tokenizer_type",

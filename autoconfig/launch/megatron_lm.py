@@ -259,6 +259,8 @@ def stack_args(spec: LaunchSpec) -> list[str]:
         args.append("--overlap-param-gather")
     if spec.grad_reduce_dtype == "bf16":
         args.append("--grad-reduce-in-bf16")
+    if not spec.software.gradient_accumulation_fusion:
+        args.append("--no-gradient-accumulation-fusion")
     if spec.interleaved and not spec.overlap_p2p_comm:
         # Megatron-LM overlaps interleaved pipeline sends by default.
         args.append("--no-overlap-p2p-communication")

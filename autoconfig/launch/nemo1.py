@@ -180,6 +180,7 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     # parallelism need it; the predictions assume it)
     o.update({"model.transformer_engine": True,
               "model.ub_tp_comm_overlap": spec.tp_comm_overlap,
+              "model.gradient_accumulation_fusion": spec.software.gradient_accumulation_fusion,
               "model.fp8": w.precision == "fp8"})
     if spec.interleaved:
         # NeMo 1's yaml leaves interleaved pipeline sends batched and blocking.

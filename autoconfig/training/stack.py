@@ -94,6 +94,20 @@ class SoftwareFeatures:
     """Training framework (``megatron-core``, ``megatron-deepspeed`` or
     ``pytorch-fsdp``): picks the per-layer per-micro-batch fixed cost of
     heuristics/perf.yaml."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron --gradient-accumulation-fusion (on by default since Megatron-LM of
+    2022-02, commit 83b1e42f; megatron-core and NeMo keep it): the weight-gradient
+    GEMM adds into the fp32 main gradient in its epilogue, so a micro-batch pays
+    no pass over the stage's gradients. Off (Megatron-LM of 2020-21, whose backward
+    hook runs ``param.main_grad.add_(param.grad.data)``, megatron/model/distributed.py
+    at b4bc51b1; DeepSpeed's BF16 optimizer): every micro-batch reads the fresh
+    16-bit gradient and reads and writes the accumulator once more
+    (``grad_accum_bytes_per_param``). FSDP stacks accumulate only their 1/DP
+    shard after the reduce-scatter, so they count as fused."""
+    grad_accum_cast_bytes: float = 0.0
+    """Extra bytes per parameter per micro-batch of an unfused accumulation that
+    first casts the 16-bit gradient to a 32-bit temporary (write 4 + read 4):
+    DeepSpeed's BF16 optimizer (``hp_grad.add_(lp.grad.to(hp_grad.dtype))``)."""
     grad_reduce_bytes: int = 4
     """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
     for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
@@ -301,12 +315,23 @@ def check_runnable(plan, features: SoftwareFeatures, stack: str) -> None:
             raise cannot_run_error(stack, name, shown)
 
 
+def grad_accum_bytes_per_param(features: SoftwareFeatures) -> float:
+    """HBM bytes per parameter each micro-batch spends accumulating gradients
+    outside the weight-gradient GEMM: 0 when fused; otherwise read the 16-bit
+    gradient (2) and read and write the accumulator of the reduce dtype, plus
+    the stack's cast copy."""
+    if features.gradient_accumulation_fusion:
+        return 0.0
+    return 2.0 + 2.0 * features.grad_reduce_bytes + features.grad_accum_cast_bytes
+
+
 def grad_reduce_dtype(features: SoftwareFeatures) -> str:
     """The --grad-reduce-dtype a feature set reduces in (fp32 or bf16)."""
     return "fp32" if features.grad_reduce_bytes == 4 else "bf16"
 
 
 SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
+                    "gradient_accumulation_fusion": "gradient_accumulation_fusion",
                     "overlap_grad_reduce": "overlap_grad_reduce",
                     "overlap_param_gather": "overlap_param_gather",
                     "fused_attention": "flash_attention",

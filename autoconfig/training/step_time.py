@@ -14,7 +14,12 @@ attention, the attention core at its own kernel efficiency (forward, and a
 backward that recomputes the scores: ``_flash_attention_times``); it includes
 a fixed per-layer per-micro-batch framework cost
 (``PerfConstants.layer_overhead_s`` of ``SoftwareFeatures.framework``), which
-makes small micro-batches slower than their FLOPs say.
+makes small micro-batches slower than their FLOPs say, and, where the stack does
+not fuse gradient accumulation into the weight-gradient GEMMs, one more pass
+over every gradient the stage holds per micro-batch at HBM speed
+(``grad_accum_bytes_per_param``: 10 bytes per parameter with an fp32
+accumulator, 18 with DeepSpeed's BF16 optimizer, which casts to an fp32
+temporary first).
 
 ``p2p`` counts every pipeline send and receive where they block the compute
 stream (1F1B; Megatron-DeepSpeed; 2021 Megatron) and only what a chunk's
@@ -48,7 +53,7 @@ from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable,
                                   stage_kind_columns, stage_layer_columns)
 from autoconfig.training.fp8 import cast_bytes_per_element, workload_recipe
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
-from autoconfig.training.stack import SoftwareFeatures
+from autoconfig.training.stack import SoftwareFeatures, grad_accum_bytes_per_param
 from autoconfig.yamlio import load_yaml, sourced_number
 
 BF16_BYTES = 2
@@ -290,9 +295,21 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     else:
         times = _forward_times(model, workload, plans, gpu, c, sw)
 
+    accum_bytes = grad_accum_bytes_per_param(sw)
+
     def stage(name, logits: float | np.ndarray):
-        return _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens,
-                                 stages[name], logits, kinds.get(name))
+        out = _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens,
+                                stages[name], logits, kinds.get(name))
+        if accum_bytes:
+            # An unfused gradient accumulation streams every gradient the stage
+            # holds once per micro-batch, after its backward, on the compute stream.
+            body, experts = _stage_params_per_gpu(model, t, stages[name], plans,
+                                                  kinds.get(name))
+            own = body + experts - _output_params_per_gpu(model, t) + _stage_table_params(
+                model, t, name, single)
+            accum = own * accum_bytes / hbm
+            out = {**out, "fixed": out["fixed"] + accum, "total": out["total"] + accum}
+        return out
 
     first = stage("first", np.where(single, 1.0, 0.0))
     middle = stage("middle", np.where(single, 1.0, 0.0))
@@ -894,11 +911,32 @@ def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_b
     return np.where(cp > 1, layers * exposed, 0.0)
 
 
+def _output_params_per_gpu(model: ModelSpec, t):
+    """The output layer (or the tied embedding copy) one GPU of the last stage holds."""
+    return (output_layer_params(model) or embedding_params(model)) / t
+
+
+def _stage_table_params(model: ModelSpec, t, name: str, single):
+    """Embedding and output-layer parameters per GPU on the ``name`` stage: the
+    first holds the input embedding, the last the output layer (or the tied
+    copy); a single stage holds the embedding and any untied output layer."""
+    embedding, output = embedding_params(model) / t, output_layer_params(model) / t
+    if model.is_encoder_decoder:
+        # _stage_params_per_gpu already counts an encoder-decoder's tables on every stage.
+        return _output_params_per_gpu(model, t)
+    whole = embedding + output
+    if name == "first":
+        return np.where(single, whole, embedding)
+    if name == "middle":
+        return np.where(single, whole, 0.0)
+    return np.where(single, whole, _output_params_per_gpu(model, t))
+
+
 def _stage_params_per_gpu(model: ModelSpec, t, layers, plans: PlanTable, kinds=None):
     """(non-expert, routed-expert) parameters one GPU of the last stage holds:
     its layers and the output layer (or the tied embedding copy Megatron keeps
     there), split over TP; MoE layers' experts split over ep x etp."""
-    output = (output_layer_params(model) or embedding_params(model)) / t
+    output = _output_params_per_gpu(model, t)
     if model.is_encoder_decoder:
         # One stage holds both stacks, the shared embedding and T5's output bias.
         stacks = sum(kinds[k] * kind_params(model, k) for k in ("encoder", "decoder"))
