@@ -26,6 +26,10 @@ from autoconfig.validation.scoring import default_runs_path, evaluate_rows
 def _write(values: dict) -> None:
     path = heuristics_dir() / "perf.yaml"
     text = path.read_text()
+    ampere = ("gemm_efficiency_max", "ampere")
+    if ampere in values:
+        # Ada has no rows of its own and takes Ampere's value (its source says why).
+        values = {**values, ("gemm_efficiency_max", "ada"): values[ampere]}
     for key, value in values.items():
         text = _replace(text, key, value)
     path.write_text(text)

@@ -4,7 +4,8 @@ concurrency meeting both).
 
 Target (inference realism issue): under 2 s on a 2-core machine, through the
 real CLI (process start, imports, search, report files) and the library call
-alone. Prints the figures; nothing is asserted.
+alone; and the whole of ``autoconfig infer-validate``. Prints the figures;
+nothing is asserted.
 
     python benchmarks/infer_speed.py [--repeat N]
 """
@@ -47,6 +48,11 @@ def main() -> None:
                        check=True, capture_output=True)
         print(f"CLI end to end: {time.perf_counter() - start:.3f} s "
               f"(autoconfig infer {' '.join(ARGS)})")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "autoconfig", "infer-validate"], check=True,
+                   capture_output=True)
+    print(f"infer-validate (every published serving point, jobs simulated step by step): "
+          f"{time.perf_counter() - start:.3f} s")
 
 
 if __name__ == "__main__":

@@ -188,6 +188,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     context = np.empty(0, dtype=np.float64)     # their KV tokens so far
     reserved = peak = 0.0
     segments = _Segments()
+    whole_request = inputs + outputs            # once: a job may hold tens of thousands
 
     def need(r: int) -> float:
         return float(prompt[r] + (resume[r] + 1 if reserve_output else 0))
@@ -228,7 +229,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     first.append(r)
             prefilling = [e for e in prefilling if e[1] < prompt[e[0]]]
             decoders = len(ids)
-            seg = segments.add(1, decoders, float(context.mean() + 0.5) if decoders else 0.0,
+            seg = segments.add(1, decoders, float(context.sum() / decoders + 0.5) if decoders
+                               else 0.0,
                                tokens, weighted / tokens if tokens else 0.0,
                                decoders + len(first))
             if timed:
@@ -253,7 +255,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     wait = arrivals_s[next_sent] - clock.now
                     steps = max(1, min(steps, int(np.ceil(wait / one))))
                 clock.advance(steps * one)
-            seg = segments.add(steps, len(ids), float(context.mean() + steps / 2.0),
+            seg = segments.add(steps, len(ids), float(context.sum() / len(ids) + steps / 2.0),
                                0, 0.0, len(ids))
             left -= steps
             context += steps
@@ -261,14 +263,17 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
         done_now = int(ending.sum())
         if done_now:
             finished[ids[ending]] = seg
+            if reserve_output:                  # whole requests: what they reserved leaves
+                reserved -= float(whole_request[ids[ending]].sum())
             ids, left, context = ids[~ending], left[~ending], context[~ending]
-        reserved = _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output)
+        if not reserve_output:                  # the cache grew by a token per decode
+            reserved = _held(ids, context, prefilling, prompt, whole_request, reserve_output)
         while not reserve_output and reserved > kv_capacity_tokens and len(ids) > 1:
             r = int(ids[-1])                    # the newest running request is preempted
             prompt[r], resume[r] = int(context[-1]), int(left[-1]) - 1
             ids, left, context = ids[:-1], left[:-1], context[:-1]
             waiting.appendleft(r)
-            reserved = _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output)
+            reserved = _held(ids, context, prefilling, prompt, whole_request, reserve_output)
         peak = max(peak, reserved)
         not_before.append(latest)              # one segment per pass
         for _ in range(0 if timed else done_now):   # each client sends its next request
@@ -284,13 +289,13 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     sent_at_s=np.asarray(arrivals_s, dtype=float) if timed else None)
 
 
-def _held(ids, context, prefilling, prompt, inputs, outputs, reserve_output: bool) -> float:
-    """KV tokens the admitted requests have reserved (whole requests) or hold
-    (the tokens written so far, and the prompts being prefilled)."""
+def _held(ids, context, prefilling, prompt, whole_request, reserve_output: bool) -> float:
+    """KV tokens the admitted requests have reserved (``whole_request``: prompt
+    plus output of each) or hold (the tokens written so far, and the prompts
+    being prefilled)."""
     waiting_prefill = [r for r, _ in prefilling]
     if reserve_output:
-        both = inputs + outputs
-        return float(both[ids].sum() + both[waiting_prefill].sum())
+        return float(whole_request[ids].sum() + whole_request[waiting_prefill].sum())
     return float(context.sum() + prompt[waiting_prefill].sum())
 
 

@@ -36,6 +36,7 @@ A plan fits when the sum is within the usable HBM of
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -97,6 +98,20 @@ def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
     tp = np.asarray(tp, dtype=np.int64)
     pp = np.asarray(pp, dtype=np.int64)
     ep = np.asarray(ep, dtype=np.int64)
+    # A serving job asks this once per simulated step with the same layouts.
+    shape = np.broadcast_shapes(tp.shape, pp.shape, ep.shape)
+    columns = tuple(tuple(np.broadcast_to(a, shape).ravel().tolist()) for a in (tp, pp, ep))
+    return _weights_bytes_cached(model, columns, shape, bytes_per_value).copy()
+
+
+@lru_cache(maxsize=256)
+def _weights_bytes_cached(model: ModelSpec, columns: tuple, shape: tuple,
+                          bytes_per_value: int) -> np.ndarray:
+    tp, pp, ep = (np.array(c, dtype=np.int64).reshape(shape) for c in columns)
+    return _weights_bytes(model, tp, pp, bytes_per_value, ep)
+
+
+def _weights_bytes(model: ModelSpec, tp, pp, bytes_per_value: int, ep) -> np.ndarray:
     layers, single = model.num_layers / pp, pp == 1
     experts = {}
     if model.is_moe:
