@@ -307,6 +307,9 @@ def test_unfused_gradient_accumulation_streams_the_stage_gradients_every_microba
         return one(p, software=SoftwareFeatures(gradient_accumulation_fusion=False,
                                                 **kw))["step_time_s"] - base
     assert added(grad_reduce_bytes=2) == pytest.approx(0.6 * added(), rel=0.02)
+    # A 16-bit accumulator adds in place: no 32-bit cast copy to pay for.
+    assert added(grad_reduce_bytes=2, grad_accum_cast_bytes=8.0) == pytest.approx(
+        added(grad_reduce_bytes=2), rel=1e-9)
 
 
 FSDP_WORKLOAD = Workload(global_batch_size=512, seq_len=2048)

@@ -107,7 +107,8 @@ class SoftwareFeatures:
     grad_accum_cast_bytes: float = 0.0
     """Extra bytes per parameter per micro-batch of an unfused accumulation that
     first casts the 16-bit gradient to a 32-bit temporary (write 4 + read 4):
-    DeepSpeed's BF16 optimizer (``hp_grad.add_(lp.grad.to(hp_grad.dtype))``)."""
+    DeepSpeed's BF16 optimizer (``hp_grad.add_(lp.grad.to(hp_grad.dtype))``).
+    Paid only with a 32-bit accumulator: 16-bit runs add in place."""
     grad_reduce_bytes: int = 4
     """Bytes per gradient element reduced: Megatron-LM sets accumulate_allreduce_grads_in_fp32
     for bf16 ("bfloat16 requires gradient accumulation and all-reduce to be done in fp32",
@@ -319,10 +320,11 @@ def grad_accum_bytes_per_param(features: SoftwareFeatures) -> float:
     """HBM bytes per parameter each micro-batch spends accumulating gradients
     outside the weight-gradient GEMM: 0 when fused; otherwise read the 16-bit
     gradient (2) and read and write the accumulator of the reduce dtype, plus
-    the stack's cast copy."""
+    the stack's cast copy where the accumulator is 32-bit."""
     if features.gradient_accumulation_fusion:
         return 0.0
-    return 2.0 + 2.0 * features.grad_reduce_bytes + features.grad_accum_cast_bytes
+    cast = features.grad_accum_cast_bytes if features.grad_reduce_bytes > 2 else 0.0
+    return 2.0 + 2.0 * features.grad_reduce_bytes + cast
 
 
 def grad_reduce_dtype(features: SoftwareFeatures) -> str:
