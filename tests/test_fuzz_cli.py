@@ -47,6 +47,11 @@ COMMAND_TIME_LIMIT_S = {"infer-validate": 30}
 infer-validate simulates every published serving job step by step (the MLPerf
 Server rows send 8,313-24,576 requests each), about 8 s on an idle 2-core machine
 (benchmarks/infer_speed.py prints it)."""
+
+
+def time_limit_s(argv) -> int:
+    """Seconds ``argv`` may run before it counts as hung."""
+    return COMMAND_TIME_LIMIT_S.get(argv[0] if argv else "", TIME_LIMIT_S)
 MAX_ERROR_LINES = 4
 MAX_ERROR_CHARS = 300
 MAX_ECHOED_DIGITS = 24
@@ -548,7 +553,7 @@ def run(argv) -> tuple[object, str, float]:
     """(exit code or escaped exception, stdout+stderr, seconds)."""
     out, err = io.StringIO(), io.StringIO()
     previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.alarm(COMMAND_TIME_LIMIT_S.get(argv[0] if argv else "", TIME_LIMIT_S))
+    signal.alarm(time_limit_s(argv))
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -570,8 +575,7 @@ def problems(argv, invalid, result) -> list[str]:
     code, text, seconds, err = result
     found = []
     if code == "hang":
-        found.append(f"no answer within "
-                     f"{COMMAND_TIME_LIMIT_S.get(argv[0] if argv else '', TIME_LIMIT_S)} s")
+        found.append(f"no answer within {time_limit_s(argv)} s")
     elif isinstance(code, BaseException):
         found.append(f"exception escaped: {type(code).__name__}: {code}")
     if "Traceback" in text:
