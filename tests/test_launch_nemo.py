@@ -39,6 +39,20 @@ def nemo_base() -> dict:
     return yaml.safe_load((DATA / "nemo1_megatron_gpt_config.yaml").read_text())
 
 
+def nemo_validated_fusion(model: dict, dp: int) -> bool:
+    """gradient_accumulation_fusion after NeMo's start-up check, transcribed from NeMo
+    8cfedd7 megatron_base_model.py ``_validate_config``: off when DP > 1 and PP 1
+    without distributed_fused_adam or mcore_distributed_optim, with FSDP, or without
+    megatron_amp_O2."""
+    fused = bool(model.get("gradient_accumulation_fusion", False))
+    distributed = model["optim"]["name"] in ("distributed_fused_adam", "mcore_distributed_optim")
+    if dp > 1 and model.get("pipeline_model_parallel_size", 1) == 1 and not distributed:
+        fused = False
+    if model.get("fsdp", False) or not model.get("megatron_amp_O2", False):
+        fused = False
+    return fused
+
+
 def _get(cfg: dict, dotted: str):
     node = cfg
     for part in dotted.split("."):
@@ -129,8 +143,15 @@ def test_nemo1_overrides_compose_and_match(name):
         assert model["account_for_embedding_in_pipeline_split"] is True
     elif p.first_stage_layers:
         assert model["num_layers_in_first_pipeline_stage"] == p.first_stage_layers
-    # the yaml's own default leaves it off; the prediction assumed the stack's
-    assert model["gradient_accumulation_fusion"] == spec.software.gradient_accumulation_fusion
+    # the yaml's own default leaves it off; the prediction assumed the stack's, which
+    # NeMo's own start-up check must leave as written unless it forbids it, and then
+    # the header says so
+    fused = model["gradient_accumulation_fusion"]
+    assert nemo_validated_fusion(model, p.dp) == fused
+    allowed = nemo_validated_fusion({**model, "gradient_accumulation_fusion": True}, p.dp)
+    assert fused == (spec.software.gradient_accumulation_fusion and allowed)
+    assert ("runs it unfused" in nemo1_text(spec)) == \
+        (spec.software.gradient_accumulation_fusion and not allowed)
     if spec.interleaved:   # the yaml's own default is batched, blocking sends
         assert model["overlap_p2p_comm"] == spec.software.overlap_p2p_comm
         assert model["batch_p2p_comm"] == (not spec.software.overlap_p2p_comm)

@@ -40,7 +40,7 @@ from autoconfig.launch.sbatch import render_sbatch
 from autoconfig.launch.spec import launch_spec
 from launch_cases import DATA, T5_CASES, case_spec
 from test_launch_megatron import parse, transformer_config
-from test_launch_nemo import MISSING, _get, compose
+from test_launch_nemo import MISSING, _get, compose, nemo_validated_fusion
 
 TESTS = Path(__file__).resolve().parent
 NEMO_T5_CASES = sorted(n for n in T5_CASES if nemo1.not_written_reason(case_spec(n)) is None)
@@ -447,6 +447,12 @@ def test_nemo1_t5_overrides_compose_and_match(name):
     assert sched["min_lr"] == pytest.approx(b.min_lr, rel=1e-5)
     if p.distributed_optimizer:
         assert optim["grad_sync_dtype"] == spec.grad_reduce_dtype
+    # the T5 yaml lacks the key (megatron-core's default: off); NeMo's start-up check
+    # keeps what is written, the stack's value wherever NeMo allows it
+    fused = model["gradient_accumulation_fusion"]
+    assert nemo_validated_fusion(model, p.dp) == fused
+    allowed = nemo_validated_fusion({**model, "gradient_accumulation_fusion": True}, p.dp)
+    assert fused == (spec.software.gradient_accumulation_fusion and allowed)
 
 
 def nemo_t5_transformer_config(cfg: dict):

@@ -79,6 +79,32 @@ def not_written_reason(spec: LaunchSpec) -> str | None:
     return None
 
 
+def fuses_grad_accumulation(spec: LaunchSpec) -> bool:
+    """Whether NeMo 1 runs this plan with gradient accumulation fused into the GEMMs.
+
+    NeMo 8cfedd7 megatron_base_model.py ``_validate_config`` switches the fusion off,
+    whatever the yaml asks, when DP > 1 and PP = 1 without the distributed optimizer:
+    its own async data-parallel all-reduce reads ``param.grad``, which a fused
+    GEMM never writes. Writing that value keeps the file honest; ``unfused_note``
+    says what it costs. (Its other two conditions never hold here: the files set
+    megatron_amp_O2 and never FSDP.)
+    """
+    p = spec.plan
+    pp = 1 if spec.model.is_encoder_decoder else p.pp   # NeMo 1 T5 runs PP 1
+    forced_off = p.dp > 1 and pp == 1 and not p.distributed_optimizer
+    return spec.software.gradient_accumulation_fusion and not forced_off
+
+
+def unfused_note(spec: LaunchSpec) -> list[str]:
+    """A header line when NeMo 1 will not fuse what the prediction assumed fused."""
+    if fuses_grad_accumulation(spec) == spec.software.gradient_accumulation_fusion:
+        return []
+    return ["NeMo 1 fuses gradient accumulation only with PP > 1, DP 1 or the distributed "
+            "optimizer (megatron_base_model.py _validate_config), so this plan runs it "
+            "unfused: `autoconfig estimate ... --no-gradient-accumulation-fusion` predicts "
+            "that; the distributed optimizer keeps it fused"]
+
+
 def _experts(spec: LaunchSpec) -> dict[str, object]:
     """Layer spec, attention extras and MoE keys (none for a dense GPT/Llama shape)."""
     m, moe = spec.model, spec.moe
@@ -180,7 +206,7 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     # parallelism need it; the predictions assume it)
     o.update({"model.transformer_engine": True,
               "model.ub_tp_comm_overlap": spec.tp_comm_overlap,
-              "model.gradient_accumulation_fusion": spec.software.gradient_accumulation_fusion,
+              "model.gradient_accumulation_fusion": fuses_grad_accumulation(spec),
               "model.fp8": w.precision == "fp8"})
     if spec.interleaved:
         # NeMo 1's yaml leaves interleaved pipeline sends batched and blocking.
@@ -220,7 +246,10 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
 def nemo1_overrides(spec: LaunchSpec) -> list[str]:
     """``key=value`` lines, ``+key=value`` for keys the base yaml lacks."""
     if spec.model.is_encoder_decoder:
-        added, overrides = nemo1_t5.ADDED_KEYS, nemo1_t5.overrides_dict(spec)
+        # megatron_t5_config.yaml has no such key, and megatron-core's default is off
+        fusion = {"model.gradient_accumulation_fusion": fuses_grad_accumulation(spec)}
+        added = nemo1_t5.ADDED_KEYS | fusion.keys()
+        overrides = {**nemo1_t5.overrides_dict(spec), **fusion}
     else:
         added, overrides = ADDED_KEYS, overrides_dict(spec)
     overrides = {**trainer_overrides(spec), **overrides}
@@ -251,6 +280,7 @@ def nemo1_text(spec: LaunchSpec) -> str:
     head += [f"# NeMo 1: composes with examples/nlp/language_modeling/conf/{config};",
              "# mapfile -t O < <(grep -v '^#' nemo_overrides.txt) && "
              f'python {script} "${{O[@]}}"']
+    head += [f"# {line}" for line in unfused_note(spec)]
     if spec.model.is_encoder_decoder:
         head += [f"# {line}" for line in nemo1_t5.notes(spec)]
     else:
