@@ -17,12 +17,13 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 2.8, "S08": 4.6, "S09": 6.9, "S10": 5.4,
-                   "S15": 14.5, "S18": 6.0, "S19": 10.2}
+PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.9, "S05": 2.8, "S08": 4.0, "S09": 6.8, "S10": 5.4,
+                   "S15": 14.5, "S18": 6.0, "S19": 9.9}
 """S08 counts its GB300 rows since that GPU is in the catalog (its 21 other rows: 4.0%, 3.9%
 before the MoE work); S18 and S19 are the published MoE runs. S10 was 4.8% before
-Megatron-DeepSpeed's gradient accumulation was derived instead of fitted."""
-PINNED_OVERALL_PCT = 6.9
+Megatron-DeepSpeed's gradient accumulation was derived instead of fitted. S08 was 4.6%
+before R0135 took its virtual-pipeline size from its release's recipe."""
+PINNED_OVERALL_PCT = 6.8
 PINNED_SPEARMAN = 0.72
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.77 before the BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32
