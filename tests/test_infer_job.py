@@ -255,3 +255,52 @@ def test_segment_ends_follow_the_one_after_another_recurrence() -> None:
             end = max(end, wait) + d
             expected.append(end)
         assert segment_ends(durations, not_before, start) == pytest.approx(expected)
+
+
+LMDEPLOY_7B = ["infer", "--model", "llama2", "--size", "7b", "--gpu", "a100-80gb", "--gpus", "1",
+               "--engine", "lmdeploy", "--input-len", "2048", "--output-len", "2048",
+               "--tp", "1"]
+
+
+def test_a_static_batch_past_the_kv_pool_runs_as_a_job_the_error_names(capsys, tmp_path) -> None:
+    """32 sessions of 2,048 + 2,048 tokens need 64 GiB of KV cache beside the 12.6 GiB
+    of Llama 2 7B: more than an A100 80GB holds as one static batch. A paged
+    in-flight engine runs it anyway (LMDeploy measured it: docs/en/benchmark/
+    a100_fp16.md), so the refusal names the job that predicts it, and that job
+    answers with every request served."""
+    code, _, err = run_cli(LMDEPLOY_7B + ["--batch", "32", "-o", str(tmp_path)], capsys)
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "--num-requests 32 --max-batch 32" in err
+    code, out, err = run_cli(LMDEPLOY_7B + ["--num-requests", "32", "--max-batch", "32",
+                                            "--format", "json", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    # the pool holds fewer whole sequences than the batch, so some wait or are preempted
+    assert best["batch"] == 32 and best["fits"] and best["job_duration_s"] > 0
+    assert best["tokens_per_s_per_gpu"] * best["job_duration_s"] == pytest.approx(32 * 2048,
+                                                                                  rel=0.01)
+
+
+def test_a_contiguous_cache_engine_gets_no_job_hint(capsys, tmp_path) -> None:
+    """FasterTransformer allocates the whole batch's sequences up front: a batch that
+    does not fit cannot start, so no job is suggested."""
+    args = ["infer", "--model", "llama2", "--size", "7b", "--gpu", "a100-80gb", "--gpus", "1",
+            "--engine", "fastertransformer", "--input-len", "2048", "--output-len", "2048",
+            "--tp", "1", "--batch", "32", "-o", str(tmp_path)]
+    code, _, err = run_cli(args, capsys)
+    assert code != 0 and "fits in" in err and "--num-requests" not in err, err
+
+
+def test_published_static_batches_past_the_pool_are_asked_as_jobs() -> None:
+    """J107 (LMDeploy, 32 x (2,048 + 2,048) tokens on one A100 80GB) is asked the way
+    the refusal tells a user to: the same prediction as the job it names."""
+    points = load_points(default_points_path())
+    row = next(r for r in points.itertuples(index=False) if r.point_id == "J107")
+    assert row.batching == "static" and int(row.batch) == 32
+    pred = ask(row)
+    model, gpu = get_model("llama2-7b"), get_gpu("a100-80gb")
+    direct = search(model, InferenceWorkload(2048, 2048, "bf16"), Cluster(gpu, 1, 1),
+                    engine=engines.get_engine("lmdeploy"), job=Job(32), max_batch=32,
+                    pins=Pins((1,), (1,))).table.iloc[0]
+    assert pred.tokens_per_s_per_gpu == pytest.approx(direct.tokens_per_s_per_gpu)
+    assert pred.ttft_ms == pytest.approx(direct.ttft_ms)

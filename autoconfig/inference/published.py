@@ -26,11 +26,11 @@ from tabulate import tabulate
 
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import cluster_from_gpus
-from autoconfig.errors import AutoconfigError, InputError
+from autoconfig.errors import AutoconfigError, InfeasibleError, InputError
 from autoconfig.inference import engine as engines
 from autoconfig.inference.job import Job
 from autoconfig.inference.plan import InferenceWorkload
-from autoconfig.inference.search import Limits, Pins, search
+from autoconfig.inference.search import Limits, Pins, search, static_batch_as_job
 from autoconfig.paths import benchmarks_dir
 from autoconfig.textfile import read_text
 from autoconfig.units import optional_float
@@ -133,8 +133,17 @@ def ask(row) -> pd.Series:
         rate = None
     else:
         raise InputError("no batch, concurrency, job size or request rate published")
-    result = search(model, workload, cluster, "throughput", limits, max_batch=cap,
-                    engine=engine, mode=mode, pins=pins, request_rate_per_s=rate, job=job)
+    try:
+        result = search(model, workload, cluster, "throughput", limits, max_batch=cap,
+                        engine=engine, mode=mode, pins=pins, request_rate_per_s=rate, job=job)
+    except InfeasibleError:
+        if not static_batch_as_job(engine, mode):
+            raise
+        # The batch's KV cache overflows the pool: ask it as the error tells a user
+        # to, --num-requests B --max-batch B (all sent at once, the engine preempts).
+        batch = int(pins.batch[0])
+        result = search(model, workload, cluster, "throughput", limits, max_batch=batch,
+                        engine=engine, pins=Pins((tp,), (pp,)), job=Job(batch, None, None))
     return result.table.iloc[0]
 
 

@@ -308,7 +308,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
         raise InfeasibleError(
             f"no layout of {model.name} fits in {cluster.num_gpus} x {cluster.gpu.name}: the "
             f"smallest needs {need:.1f} GiB per GPU of {usable_bytes(cluster.gpu) / 2**30:.1f}; "
-            "use more GPUs, fp8, or shorter sequences")
+            "use more GPUs, fp8, or shorter sequences" + _preemption_hint(engine, mode, pins))
     rejected["does not fit in memory"] = int((~keep).sum())
     if request_rate_per_s is not None:
         keep, short = _at_rate(table, keep, request_rate_per_s)
@@ -346,6 +346,23 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                                  table=kept.reset_index(drop=True),
                                  rejected={k: v for k, v in rejected.items() if v},
                                  candidates=len(table), engine=engine, mode=mode, job=job)
+
+
+def static_batch_as_job(engine: Engine, mode: str) -> bool:
+    """Whether a static batch that overflows the KV cache still runs on this engine:
+    an in-flight engine with a paged cache admits the requests whose KV its pool
+    holds and preempts or queues the rest (module ``autoconfig.inference.job``),
+    so the batch runs, as a job of that many requests sent at once; a contiguous
+    cache must hold the whole batch's sequences before it starts."""
+    return mode == "static" and engine.continuous and engine.kv_block_tokens is not None
+
+
+def _preemption_hint(engine: Engine, mode: str, pins: Pins) -> str:
+    if not static_batch_as_job(engine, mode):
+        return ""
+    batch = max(pins.batch) if pins.batch else "B"
+    return (f"; or, as {engine.name} runs a batch its KV cache cannot hold (admitting what "
+            f"fits, preempting the rest), --num-requests {batch} --max-batch {batch}")
 
 
 def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, engine,
