@@ -304,3 +304,28 @@ def test_published_static_batches_past_the_pool_are_asked_as_jobs() -> None:
                     pins=Pins((1,), (1,))).table.iloc[0]
     assert pred.tokens_per_s_per_gpu == pytest.approx(direct.tokens_per_s_per_gpu)
     assert pred.ttft_ms == pytest.approx(direct.ttft_ms)
+
+
+def test_a_job_reports_its_medians_and_tail_in_order() -> None:
+    """ShareGPT lengths spread the requests: the median TTFT, TPOT and latency sit
+    below the 99th percentile, the tail above the mean, for every layout."""
+    w = InferenceWorkload(202, 179, "bf16", 222.0, 188.0)
+    table = search(MODEL, w, CLUSTER, engine=VLLM, job=Job(300, None, 8.0),
+                   pins=Pins((1,), (1,))).table
+    for name in ("ttft", "tpot", "latency"):
+        p50, p99 = table[f"{name}_p50_ms"], table[f"{name}_p99_ms"]
+        assert (p50 > 0).all() and (p50 < p99).all() and (table[f"{name}_ms"] < p99).all()
+
+
+def test_published_medians_are_scored_on_the_jobs_medians() -> None:
+    """J080 (SGLang's bench_serving at 4 requests/s) publishes medians: its TTFT and
+    TPOT are scored against the job's p50, not its mean."""
+    from autoconfig.inference.published import _scored
+    points = load_points(default_points_path())
+    row = next(r for r in points.itertuples(index=False) if r.point_id == "J080")
+    assert row.statistic == "median" and row.num_requests == 1200
+    pred = ask(row)
+    scored = _scored(row, pred)
+    assert scored["predicted_ttft"] == pytest.approx(pred.ttft_p50_ms)
+    assert scored["predicted_tpot"] == pytest.approx(pred.tpot_p50_ms)
+    assert pred.ttft_p50_ms != pytest.approx(pred.ttft_ms)

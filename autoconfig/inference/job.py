@@ -37,7 +37,7 @@ sent it; TPOT is its decode time over its output tokens after the first.
 
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -309,15 +309,28 @@ def segment_ends(durations: np.ndarray, not_before: np.ndarray,
     return busy + np.maximum.accumulate(np.maximum(not_before - (busy - durations), start))
 
 
+PERCENTILES = (50, 99)
+"""Per-request percentiles a job reports beside its means: the median serving
+benchmarks print (vLLM's and SGLang's bench_serving) and the tail that MLPerf's
+Server and Interactive constraints bound (p99 TTFT and TPOT)."""
+
+PERCENTILE_COLUMNS = tuple(f"{name}_p{q}_ms" for name in ("ttft", "tpot", "latency")
+                           for q in PERCENTILES)
+"""Columns of a job's table with its percentiles (ms)."""
+
+
 @dataclass(frozen=True)
 class JobTiming:
-    """Means over the job's requests, and the job's length."""
+    """Means over the job's requests, their percentiles and the job's length."""
 
     ttft_s: float
     tpot_s: float
     latency_s: float
     duration_s: float
     output_tokens: int
+    percentiles_s: dict = field(default_factory=dict)
+    """``{"ttft_p50": s, "tpot_p99": s, ...}`` over the job's requests (TPOT over
+    those with more than one output token)."""
 
 
 def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming:
@@ -333,9 +346,12 @@ def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming
     last = ends[plan.finished]
     many = outputs > 1
     tpot = (last[many] - first[many]) / (outputs[many] - 1) if many.any() else np.zeros(1)
+    per_request = {"ttft": first - sent, "tpot": tpot, "latency": last - sent}
+    percentiles = {f"{name}_p{q}": float(np.percentile(values, q))
+                   for name, values in per_request.items() for q in PERCENTILES}
     return JobTiming(ttft_s=float(np.mean(first - sent)), tpot_s=float(np.mean(tpot)),
                      latency_s=float(np.mean(last - sent)), duration_s=float(ends[-1]),
-                     output_tokens=int(outputs.sum()))
+                     output_tokens=int(outputs.sum()), percentiles_s=percentiles)
 
 
 def activation_tokens(engine, workload, count: int) -> np.ndarray:
@@ -377,7 +393,9 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs)
         rows.append({"ttft_ms": t.ttft_s * 1e3, "tpot_ms": t.tpot_s * 1e3,
-                     "latency_ms": t.latency_s * 1e3, "duration_s": t.duration_s,
+                     "latency_ms": t.latency_s * 1e3,
+                     **{f"{k}_ms": v * 1e3 for k, v in t.percentiles_s.items()},
+                     "duration_s": t.duration_s,
                      "tokens_per_s_per_replica": t.output_tokens / t.duration_s,
                      "requests_per_s_per_replica": share.requests / t.duration_s,
                      "kv_capacity_tokens": float(capacity[i]),

@@ -9,7 +9,8 @@ prediction uses comes from heuristics/ and configs/, none from these points,
 so the leave-one-source-out figures equal the in-sample ones.
 
 Reported per engine and metric (TTFT, TPOT, request latency, output tokens/s
-per GPU): MAPE and the number of points; the within-group Spearman rank
+per GPU; a point that publishes medians is scored on the median of the job's
+requests where it is asked as a job): MAPE and the number of points; the within-group Spearman rank
 correlation of throughput (groups: one source, model, GPU, engine and request
 shape with 3 or more points); and whether the seed tool's three GPT-3 175B
 points keep their published throughput order.
@@ -191,10 +192,22 @@ def _scored(row, pred) -> dict:
         measured = optional_float(getattr(row, published, None)) if name != "throughput" \
             else scored["published_tokens_per_s_per_gpu"]
         value = float(getattr(pred, predicted))
+        median = optional_float(pred.get(f"{name}_p50_ms"))
+        if median is not None and math.isfinite(median) and _is_median(row, name):
+            value = median
         scored[f"published_{name}"] = measured
         scored[f"predicted_{name}"] = value
         scored[f"{name}_error_pct"] = None if measured is None else 100 * (value / measured - 1)
     return scored
+
+
+def _is_median(row, metric: str) -> bool:
+    """Whether the point publishes ``metric`` as a median across its requests: its
+    statistic is 'median', or names the metric after 'median' ('mean TTFT, median
+    TPOT'). A job's medians are then scored; a steady state or static batch has
+    only its means (all requests alike)."""
+    statistic = str(getattr(row, "statistic", "") or "").lower()
+    return statistic == "median" or f"median {metric}" in statistic
 
 
 def _seed_order(table: pd.DataFrame) -> bool | None:

@@ -32,11 +32,12 @@ def _split(result: InferenceSearchResult) -> bool:
 
 def top_headers(result: InferenceSearchResult) -> tuple[str, ...]:
     """TOP_HEADERS, with EP after PP for an MoE model, the serving split when asked
-    and a job's duration."""
+    and a job's duration and tail (p99 over its requests)."""
     headers = TOP_HEADERS[:3] + ("EP",) + TOP_HEADERS[3:] if result.model.is_moe \
         else TOP_HEADERS
     headers = headers + ("prefill pool",) if _split(result) else headers
-    return headers + ("job s",) if result.job is not None else headers
+    return headers + ("job s", "TTFT p99 ms", "TPOT p99 ms") if result.job is not None \
+        else headers
 
 
 def _pool(r) -> str:
@@ -56,7 +57,8 @@ def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
              f"{r.tokens_per_s_per_gpu:.4g}", f"{r.tokens_per_s_total:.5g}",
              f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "",
              *((_pool(r),) if split else ()),
-             *((f"{r.job_duration_s:.4g}",) if result.job is not None else ()))
+             *((f"{r.job_duration_s:.4g}", f"{r.ttft_p99_ms:.4g}", f"{r.tpot_p99_ms:.4g}")
+               if result.job is not None else ()))
             for i, r in enumerate(result.table.head(n).itertuples(index=False))]
 
 
@@ -74,7 +76,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if result.job is not None:
         what = (f"continuous batching of a job of {_job_text(result.job)}: 'batch' is the "
                 "engine's cap on running sequences per replica, times are means over the "
-                "job's requests, throughput over its whole duration")
+                "job's requests (p99: their 99th percentile; the csv and json add the "
+                "medians), throughput over its whole duration")
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 

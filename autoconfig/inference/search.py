@@ -376,7 +376,7 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
     table = table.copy()
     gpus = table["gpus_per_replica"].to_numpy(dtype=float)
     for column in ("ttft_ms", "tpot_ms", "latency_ms", "tokens_per_s_per_replica",
-                   "requests_per_s_per_replica", "fits"):
+                   "requests_per_s_per_replica", "fits", *jobs.PERCENTILE_COLUMNS):
         table[column] = runs[column].to_numpy()
     table["tokens_per_s_per_user"] = 1e3 / table["tpot_ms"]
     for unit in ("tokens", "requests"):
