@@ -303,10 +303,8 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
         if accum_bytes:
             # An unfused gradient accumulation streams every gradient the stage
             # holds once per micro-batch, after its backward, on the compute stream.
-            body, experts = _stage_params_per_gpu(model, t, stages[name], plans,
-                                                  kinds.get(name))
-            own = body + experts - _output_params_per_gpu(model, t) + _stage_table_params(
-                model, t, name, single)
+            own = _stage_grad_params(model, t, stages[name], plans, kinds.get(name), name,
+                                     single)
             accum = own * accum_bytes / hbm
             out = {**out, "fixed": out["fixed"] + accum, "total": out["total"] + accum}
         return out
@@ -916,20 +914,20 @@ def _output_params_per_gpu(model: ModelSpec, t):
     return (output_layer_params(model) or embedding_params(model)) / t
 
 
-def _stage_table_params(model: ModelSpec, t, name: str, single):
-    """Embedding and output-layer parameters per GPU on the ``name`` stage: the
-    first holds the input embedding, the last the output layer (or the tied
-    copy); a single stage holds the embedding and any untied output layer."""
-    embedding, output = embedding_params(model) / t, output_layer_params(model) / t
+def _stage_grad_params(model: ModelSpec, t, layers, plans: PlanTable, kinds, name: str,
+                       single):
+    """Parameters per GPU whose gradients the ``name`` stage holds: its layers
+    (routed experts included) and its tables: the first stage the input
+    embedding, the last the output layer (or the tied copy), a single stage the
+    embedding and any untied output layer."""
+    body, experts = _stage_params_per_gpu(model, t, layers, plans, kinds)
     if model.is_encoder_decoder:
-        # _stage_params_per_gpu already counts an encoder-decoder's tables on every stage.
-        return _output_params_per_gpu(model, t)
-    whole = embedding + output
-    if name == "first":
-        return np.where(single, whole, embedding)
-    if name == "middle":
-        return np.where(single, whole, 0.0)
-    return np.where(single, whole, _output_params_per_gpu(model, t))
+        # One stage holds both stacks and the tables: already all in ``body``.
+        return body + experts
+    layers_only = body - _output_params_per_gpu(model, t)
+    embedding, output = embedding_params(model) / t, output_layer_params(model) / t
+    tables = {"first": embedding, "middle": 0.0, "last": _output_params_per_gpu(model, t)}
+    return layers_only + experts + np.where(single, embedding + output, tables[name])
 
 
 def _stage_params_per_gpu(model: ModelSpec, t, layers, plans: PlanTable, kinds=None):

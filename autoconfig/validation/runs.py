@@ -433,7 +433,7 @@ def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -
         mbs = _int(row, "global_batch_size") // dp if per_replica else int(defaults.get("mbs", 1))
         assumptions.append(f"mbs {mbs}")
     first, last = _stage_split(row, model, pp, assumptions)
-    vp = _int(row, "vp")
+    vp = _int(row, "vp") or _recipe_int(row, "vp")
     if vp is None:
         vp = 1
         if defaults.get("vp") == "smallest" and pp > 1:
@@ -454,6 +454,14 @@ def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -
                 recompute=recompute, distributed_optimizer=dist_opt,
                 first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp,
                 recompute_modules=modules)
+
+
+def _recipe_int(row: dict, key: str) -> int | None:
+    """A whole number the row's ``recipe_settings`` states as ``key=N`` (a setting
+    read from the recipe of the row's release where the table leaves it out; the
+    shared columns stay as the source printed them)."""
+    match = re.search(rf"(?:^|;)\s*{re.escape(key)}=(\d+)", row.get("recipe_settings") or "")
+    return int(match.group(1)) if match else None
 
 
 def _stage_split(row: dict, model: ModelSpec, pp: int, assumptions: list[str]) -> tuple[int, int]:
