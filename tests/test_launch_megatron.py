@@ -141,6 +141,9 @@ def test_args_parse_and_match_the_plan(name, data):
                                        and p.distributed_optimizer)
     assert ns.grad_reduce_in_bf16 == (sw.grad_reduce_bytes == 2)
     assert ns.gradient_accumulation_fusion == sw.gradient_accumulation_fusion
+    assert ns.cross_entropy_loss_fusion == (sw.cross_entropy in ("native", "te"))
+    if ns.cross_entropy_loss_fusion:
+        assert ns.cross_entropy_fusion_impl == sw.cross_entropy
     if spec.interleaved:   # Megatron-LM overlaps interleaved pipeline sends unless told not to
         assert ns.overlap_p2p_comm == sw.overlap_p2p_comm
     assert ns.attention_backend == "fused" and ns.transformer_impl == "transformer_engine"

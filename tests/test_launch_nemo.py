@@ -152,6 +152,11 @@ def test_nemo1_overrides_compose_and_match(name):
     assert fused == (spec.software.gradient_accumulation_fusion and allowed)
     assert ("runs it unfused" in nemo1_text(spec)) == \
         (spec.software.gradient_accumulation_fusion and not allowed)
+    # the fused loss the prediction priced, passed to megatron-core's TransformerConfig
+    fused_loss = spec.software.cross_entropy in ("native", "te")
+    assert model.get("cross_entropy_loss_fusion", False) == fused_loss
+    if fused_loss:
+        assert model["cross_entropy_fusion_impl"] == spec.software.cross_entropy
     if spec.interleaved:   # the yaml's own default is batched, blocking sends
         assert model["overlap_p2p_comm"] == spec.software.overlap_p2p_comm
         assert model["batch_p2p_comm"] == (not spec.software.overlap_p2p_comm)
@@ -281,6 +286,10 @@ def test_bridge_recipe_values_match(name, monkeypatch):
     assert cfg.model.init_method_std == pytest.approx(b.init_method_std, rel=1e-5)
     assert cfg.ddp.overlap_grad_reduce == spec.software.overlap_grad_reduce
     assert cfg.model.gradient_accumulation_fusion == spec.software.gradient_accumulation_fusion
+    # the loss the prediction priced (the Bridge recipes' te, unfused for megatron-lm)
+    assert cfg.model.cross_entropy_loss_fusion == (spec.software.cross_entropy in ("native", "te"))
+    if cfg.model.cross_entropy_loss_fusion:
+        assert cfg.model.cross_entropy_fusion_impl == spec.software.cross_entropy
     assert cfg.comm_overlap.tp_comm_overlap == spec.tp_comm_overlap
     if spec.interleaved:
         assert cfg.comm_overlap.overlap_p2p_comm == spec.software.overlap_p2p_comm
@@ -397,3 +406,18 @@ def test_bridge_moe_values_match(name, monkeypatch):
         assert (model.q_lora_rank, model.kv_lora_rank, model.qk_head_dim,
                 model.qk_pos_emb_head_dim, model.v_head_dim) == \
             (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim)
+
+
+def test_nemo1_cross_entropy_keys_are_megatron_core_config_fields():
+    """NeMo 1's build_transformer_config passes the model section's TransformerConfig
+    fields through: the fused-loss keys the overrides add must be such fields."""
+    core = pytest.importorskip("megatron.core.transformer.transformer_config")
+    import dataclasses as dc
+    from autoconfig.launch.nemo1 import CROSS_ENTROPY_KEYS
+    fields = {f.name for f in dc.fields(core.TransformerConfig)}
+    assert {key.split(".", 1)[1] for key in CROSS_ENTROPY_KEYS} <= fields
+    spec = case_spec("llama3-8b-fp8-cp")   # the nemo stack: Transformer Engine's loss
+    assert spec.software.cross_entropy == "te"
+    lines = nemo1_overrides(spec)
+    assert "+model.cross_entropy_loss_fusion=true" in lines
+    assert "+model.cross_entropy_fusion_impl=te" in lines

@@ -17,18 +17,25 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.9, "S05": 2.8, "S08": 4.0, "S09": 6.8, "S10": 5.4,
-                   "S15": 14.5, "S18": 6.0, "S19": 9.9}
+PINNED_MAPE_PCT = {"S01": 5.8, "S04": 3.8, "S05": 3.3, "S08": 4.2, "S09": 6.7, "S10": 5.5,
+                   "S15": 14.6, "S18": 6.1, "S19": 10.0}
 """S08 counts its GB300 rows since that GPU is in the catalog (its 21 other rows: 4.0%, 3.9%
 before the MoE work); S18 and S19 are the published MoE runs. S10 was 4.8% before
 Megatron-DeepSpeed's gradient accumulation was derived instead of fitted. S08 was 4.6%
-before R0135 took its virtual-pipeline size from its release's recipe."""
+before R0135 took its virtual-pipeline size from its release's recipe. With the loss's
+cross-entropy traffic derived per implementation (heuristics/perf.yaml
+cross_entropy_bytes_per_logit) the refit moved S05 from 2.8% to 3.3% (its smallest
+model now 6.0% fast: the elementwise factor the loss had partly stood in for fell from
+0.50 to 0.39), S01 5.9% -> 5.8%, S09 6.8% -> 6.7%, S08 4.0% -> 4.2%, S19 9.9% -> 10.0%."""
 PINNED_OVERALL_PCT = 6.8
-PINNED_SPEARMAN = 0.72
+PINNED_SPEARMAN = 0.70
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.77 before the BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32
 cast copy, which they never ran (bigscience tr11-176B-ml chronicles, 'Rebalancing
-layers'): 0.74 since."""
+layers'): 0.74 since; 0.72 since the unfused cross entropy on the last stage (250,880
+tokens of vocabulary) puts BLOOM's R0456 (TP 8 PP 12 MBS 4, measured 125.5 s) 0.4%
+behind R0457 (TP 8 PP 6 MBS 2, 135.6 s) instead of 0.2% ahead: a tie the model cannot
+split either way."""
 
 
 def regressions(report) -> list[str]:

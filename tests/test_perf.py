@@ -63,17 +63,18 @@ def test_gemm_roofline_penalty():
 
 
 def test_bubble_is_p_minus_1_over_v_m_of_pipeline_time():
-    """(p-1)/(v m) of the last stage's busy time, less its output layer: the fill
-    and drain slots are the other stages' micro-batches, which have no logits."""
+    """(p-1)/(v m) of the last stage's busy time, less its output layer and loss: the
+    fill and drain slots are the other stages' micro-batches, which have no logits."""
     from autoconfig.training.step_time import _forward_times
     for vp in (1, 2, 3):
         p = plan(vp=vp)
         perf = one(p)
         micro = WORKLOAD.global_batch_size / 16
         busy = perf["compute_s"] + perf["recompute_s"] + perf["tp_comm_s"] + perf["cp_comm_s"]
-        logits = float(_forward_times(GPT3, WORKLOAD, PlanTable.from_plans([p]), A100,
-                                      load_constants(), SoftwareFeatures())["logits"][0])
-        expected = (8 - 1) / (vp * micro) * (busy - micro * 3.0 * logits)
+        times = _forward_times(GPT3, WORKLOAD, PlanTable.from_plans([p]), A100,
+                               load_constants(), SoftwareFeatures())
+        head = float(3.0 * times["logits"][0] + times["loss"][0])
+        expected = (8 - 1) / (vp * micro) * (busy - micro * head)
         assert perf["pp_bubble_s"] == pytest.approx(expected)
         assert perf["pp_bubble_s"] / busy < (8 - 1) / (vp * micro)
 
@@ -443,7 +444,7 @@ def test_attention_backward_counts_in_compute_and_recompute_counts_forward_only(
     assert none["recompute_s"] == 0.0
     layer = 3 * (t["layer"] - t["attention"]) + t["attention"] + t["attention_backward"]
     assert none["compute_s"] == pytest.approx(
-        micro * (LLAMA_LIKE.num_layers * layer + 3 * t["logits"]))
+        micro * (LLAMA_LIKE.num_layers * layer + 3 * t["logits"] + t["loss"]))
 
 
 def test_attention_kernel_lookup_falls_back_to_fused_then_gemm():
@@ -564,3 +565,96 @@ def test_fp8_recipe_is_checked_against_the_gpu_and_the_precision():
     # a stack's own recipe is no error on a bf16 run (llm-foundry runs delayed scaling)
     check_fp8_recipe(SoftwareFeatures(fp8_recipe="delayed"),
                      SoftwareFeatures(fp8_recipe="delayed"), Workload(8, 2048), h100)
+
+
+def test_param_gather_hides_behind_the_forward_and_the_reduce_behind_the_backward():
+    """With the distributed optimizer the gradient reduce-scatter hides behind the
+    last micro-batch's backward (--overlap-grad-reduce) and the parameter
+    all-gather behind the next step's first forward (--overlap-param-gather), each
+    in its own window; the gather overlaps only with the grad reduce overlapped
+    (Megatron-LM refuses it otherwise)."""
+    model = get_model("gpt3", "13b")
+    cluster = cluster_from_gpus(H100, 512, 8)
+    wl = Workload(global_batch_size=256, seq_len=2048)
+    p = Plan(tp=2, pp=1, dp=256, mbs=1, recompute="none", sp=True, distributed_optimizer=True)
+
+    def dp(**kw):
+        return one(p, workload=wl, cluster=cluster, model=model,
+                   software=SoftwareFeatures(**kw))["dp_comm_s"]
+
+    exposed = dp(overlap_grad_reduce=False, overlap_param_gather=False)
+    reduce_only = dp(overlap_grad_reduce=True, overlap_param_gather=False)
+    both = dp(overlap_grad_reduce=True, overlap_param_gather=True)
+    assert exposed > reduce_only > both
+    # The all-gather is bf16 and the reduce-scatter fp32: with only the reduce
+    # overlapped, at least the whole gather (a third of the traffic) stays exposed.
+    assert reduce_only >= exposed / 3.0 * (1 - 1e-6)
+    # Without the overlapped reduce the param-gather switch changes nothing.
+    assert dp(overlap_grad_reduce=False, overlap_param_gather=True) == pytest.approx(exposed)
+
+
+def test_cross_entropy_streams_the_logits_at_its_kernels_bytes():
+    """The loss reads and writes the last stage's tokens x vocab/tp logits: the
+    step grows by (micro-batches) x tokens x V/t x bytes / HBM between two
+    implementations, on the stage with the output layer only."""
+    c = load_constants()
+    p = plan(pp=1, dp=128, tp=8, recompute="full")
+    micro = WORKLOAD.global_batch_size / (p.mbs * p.dp)
+    hbm = A100.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
+    logits = p.mbs * WORKLOAD.seq_len * GPT3.vocab_size / p.tp
+    steps = {k: one(p, software=SoftwareFeatures(cross_entropy=k))["step_time_s"]
+             for k in ("unfused", "native", "te", "flash-attn")}
+    assert steps["unfused"] > steps["native"] > steps["te"] > steps["flash-attn"]
+    bytes_ = c.cross_entropy_bytes_per_logit
+    assert steps["unfused"] - steps["te"] == pytest.approx(
+        micro * logits * (bytes_["unfused"] - bytes_["te"]) / hbm, rel=1e-6)
+    # Pipelined, only the last stage pays it: the step grows by less than m + pp - 1
+    # of the per-micro-batch cost, and at least by m of it (the slowest stage).
+    pp = plan(pp=8, dp=16)
+    m = WORKLOAD.global_batch_size / (pp.mbs * pp.dp)
+    per = pp.mbs * WORKLOAD.seq_len * GPT3.vocab_size / pp.tp * (
+        bytes_["unfused"] - bytes_["te"]) / hbm
+    grown = (one(pp, software=SoftwareFeatures(cross_entropy="unfused"))["step_time_s"]
+             - one(pp, software=SoftwareFeatures(cross_entropy="te"))["step_time_s"])
+    assert 0.0 < grown <= (m + pp.pp - 1) * per * (1 + 1e-6)
+
+
+def test_shipped_cross_entropy_bytes_are_sourced_and_ordered():
+    c = load_constants()
+    b = c.cross_entropy_bytes_per_logit
+    assert set(b) == {"unfused", "native", "te", "flash-attn", "torch"}
+    assert b["unfused"] > b["native"] > b["te"] > b["flash-attn"] > 0
+    with pytest.raises(Exception, match="cross_entropy_bytes_per_logit"):
+        dataclasses.replace(c, cross_entropy_bytes_per_logit={}).cross_entropy_bytes("te")
+
+
+def test_one_bucket_of_the_overlapped_dp_traffic_always_shows():
+    """Overlapped, the bucket with the first layers is reduced only after the
+    backward and gathered before the first forward: at least bucket/params of each
+    collective stays exposed; with one bucket (few parameters per GPU, a large DP
+    group: max(40M, 1M x DP) parameters) nothing hides."""
+    model = get_model("gpt3", "1.3b") if _has_size("gpt3", "1.3b") else get_model("gpt3", "13b")
+    wl = Workload(global_batch_size=4096, seq_len=2048)
+    sw = SoftwareFeatures(overlap_grad_reduce=True, overlap_param_gather=True)
+    off = SoftwareFeatures(overlap_grad_reduce=False, overlap_param_gather=False)
+    small = Plan(tp=1, pp=1, dp=32, mbs=4, recompute="none", distributed_optimizer=True)
+    large = dataclasses.replace(small, dp=2048)
+    for p, gpus in ((small, 32), (large, 2048)):
+        cluster = cluster_from_gpus(H100, gpus, 8)
+        hidden = one(p, workload=wl, cluster=cluster, model=model, software=sw)["dp_comm_s"]
+        exposed = one(p, workload=wl, cluster=cluster, model=model, software=off)["dp_comm_s"]
+        c = load_constants()
+        from autoconfig.core.model import embedding_params, layer_params
+        params = model.num_layers * layer_params(model) + embedding_params(model)
+        bucket = max(c.grad_bucket_params["min"], c.grad_bucket_params["per_rank"] * p.dp)
+        assert hidden >= min(1.0, bucket / params) * exposed * (1 - 1e-6)
+        if bucket >= params * 1.5:
+            assert hidden == pytest.approx(exposed)
+
+
+def _has_size(family, size):
+    try:
+        get_model(family, size)
+        return True
+    except Exception:
+        return False

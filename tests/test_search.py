@@ -33,7 +33,21 @@ def test_gpt3_175b_winner_is_an_expert_plan(gpt3_result) -> None:
     assert best.distributed_optimizer
     assert best.tp * best.pp * best.cp * best.dp == 1024
     top5 = gpt3_result.table.head(5)
-    assert (top5.recompute != "full").all() and top5.sp.all()
+    assert (top5.recompute != "full").all()
+    # SP splits the norms' and dropouts' traffic over TP and the activations with it: a
+    # plan without it may come close (its elementwise share is the fitted factor's, 0.39
+    # of Korthikanti's bytes since the loss's traffic is counted apart) but stays behind
+    # the best, and it holds more memory than the same layout with SP.
+    t = gpt3_result.table
+    for _, row in top5[~top5.sp].iterrows():
+        assert row.step_time_s >= best_step(gpt3_result) * 1.002
+        twin = t[(t.tp == row.tp) & (t.pp == row.pp) & (t.vp == row.vp) & (t.mbs == row.mbs)
+                 & (t.recompute == row.recompute) & t.sp]
+        assert len(twin) and (twin.memory_gib < row.memory_gib).all()
+
+
+def best_step(result) -> float:
+    return float(result.table.step_time_s.iloc[0])
 
 
 def test_gpt3_175b_published_recipes_rank_near_the_top(gpt3_result) -> None:

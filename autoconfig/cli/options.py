@@ -9,8 +9,9 @@ import click
 from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import MAX_COUNT, InputError, shown
 from autoconfig.training.space import SWITCH_MODES
-from autoconfig.training.stack import (DEFAULT_STACK, FSDP_SHARDING, GRAD_REDUCE_DTYPES,
-                                       MOE_DISPATCHERS, OVERRIDES, resolve_software)
+from autoconfig.training.stack import (CROSS_ENTROPY_KERNELS, DEFAULT_STACK, FSDP_SHARDING,
+                                       GRAD_REDUCE_DTYPES, MOE_DISPATCHERS, OVERRIDES,
+                                       resolve_software)
 
 
 class ListOrAuto(click.ParamType):
@@ -238,6 +239,11 @@ def stack_options(func):
                      help="Override for --precision fp8: delayed, tensorwise (current scaling), "
                           "mxfp8 (Blackwell) or blockwise (default: what the Megatron-Bridge "
                           "recipes run on the GPU: tensorwise on Hopper, mxfp8 on Blackwell)."),
+        click.option("--cross-entropy", type=click.Choice(CROSS_ENTROPY_KERNELS), default=None,
+                     help="Override: how the loss over the vocabulary runs: unfused "
+                          "(Megatron-LM default), native or te (--cross-entropy-loss-fusion "
+                          "with that --cross-entropy-fusion-impl; the Bridge recipes run te), "
+                          "flash-attn (llm-foundry), torch."),
         click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
                      help="Override for MoE models: token dispatcher (megatron-lm default "
                           "allgather; the Bridge recipes alltoall, flex-deepep or flex-hybridep)."),

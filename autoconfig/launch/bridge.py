@@ -202,11 +202,15 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
         ("ddp.overlap_param_gather", spec.overlap_param_gather),
         ("ddp.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),
         ("model.gradient_accumulation_fusion", spec.software.gradient_accumulation_fusion),
+        # GPTModelProvider fuses the loss by default; the prediction priced the stack's.
+        ("model.cross_entropy_loss_fusion", spec.cross_entropy_fusion_impl is not None),
         ("mixed_precision.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),
         ("dataset.seq_length", w.seq_len),
         ("tokenizer.tokenizer_type",
          "HuggingFaceTokenizer" if not spec.family.placeholder else "NullTokenizer"),
     ]
+    if spec.cross_entropy_fusion_impl:
+        out.append(("model.cross_entropy_fusion_impl", spec.cross_entropy_fusion_impl))
     if spec.family.placeholder:
         out.append(("tokenizer.vocab_size", spec.family.tokenizer_vocab_size - 1))
     else:

@@ -63,7 +63,8 @@ def launch_document(spec: LaunchSpec) -> dict:
                   "overlap_param_gather": spec.overlap_param_gather,
                   "grad_reduce_dtype": spec.grad_reduce_dtype,
                   "overlap_p2p_comm": spec.overlap_p2p_comm,
-                  "attention_backend": spec.attention_backend},
+                  "attention_backend": spec.attention_backend,
+                  "cross_entropy": spec.software.cross_entropy},
     }
     if not spec.launchable:
         return {**document, "not_written": spec.not_launchable_reason}

@@ -261,6 +261,9 @@ def stack_args(spec: LaunchSpec) -> list[str]:
         args.append("--grad-reduce-in-bf16")
     if not spec.software.gradient_accumulation_fusion:
         args.append("--no-gradient-accumulation-fusion")
+    if spec.cross_entropy_fusion_impl:
+        args += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+                 spec.cross_entropy_fusion_impl]
     if spec.interleaved and not spec.overlap_p2p_comm:
         # Megatron-LM overlaps interleaved pipeline sends by default.
         args.append("--no-overlap-p2p-communication")

@@ -45,6 +45,10 @@ ADDED_KEYS = frozenset({
     "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend",
     "model.overlap_moe_expert_parallel_comm",
 })
+CROSS_ENTROPY_KEYS = frozenset({"model.cross_entropy_loss_fusion",
+                                "model.cross_entropy_fusion_impl"})
+"""megatron-core TransformerConfig fields (from ModelParallelConfig) that neither NeMo
+yaml has; build_transformer_config passes them through to the model's loss."""
 NEMO_TOKENIZERS = {
     # Megatron tokenizer type -> (library, type) of NeMo's tokenizer section.
     "GPT2BPETokenizer": ("megatron", "GPT2BPETokenizer"),
@@ -252,9 +256,18 @@ def nemo1_overrides(spec: LaunchSpec) -> list[str]:
         overrides = {**nemo1_t5.overrides_dict(spec), **fusion}
     else:
         added, overrides = ADDED_KEYS, overrides_dict(spec)
-    overrides = {**trainer_overrides(spec), **overrides}
+    overrides = {**trainer_overrides(spec), **overrides, **_cross_entropy(spec)}
+    added = added | CROSS_ENTROPY_KEYS
     return [f"{'+' if key in added else ''}{key}={_value(value)}"
             for key, value in overrides.items()]
+
+
+def _cross_entropy(spec: LaunchSpec) -> dict[str, object]:
+    """The fused loss of the stack (nothing for megatron-core's unfused default)."""
+    if spec.cross_entropy_fusion_impl is None:
+        return {}
+    return {"model.cross_entropy_loss_fusion": True,
+            "model.cross_entropy_fusion_impl": spec.cross_entropy_fusion_impl}
 
 
 def trainer_overrides(spec: LaunchSpec) -> dict[str, object]:

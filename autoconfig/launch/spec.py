@@ -194,6 +194,13 @@ class LaunchSpec:
         return grad_reduce_dtype(self.software)
 
     @property
+    def cross_entropy_fusion_impl(self) -> str | None:
+        """megatron-core's --cross-entropy-fusion-impl of the stack's fused loss
+        (``native`` or ``te``); None for the unfused default."""
+        kind = self.software.cross_entropy
+        return kind if kind in ("native", "te") else None
+
+    @property
     def overlap_param_gather(self) -> bool:
         """Megatron allows it only with the distributed optimizer and overlapped grad reduce."""
         return (self.software.overlap_param_gather and self.software.overlap_grad_reduce

@@ -34,6 +34,9 @@ FSDP_SHARDING = {"full-shard": 2, "shard-grad-op": 1}
 FULL_SHARD gathers in forward and again in backward; SHARD_GRAD_OP keeps them)."""
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
 ATTENTION_KERNELS = ("fused", "llm-foundry")
+CROSS_ENTROPY_KERNELS = ("unfused", "native", "te", "flash-attn", "torch")
+"""How the loss over the vocabulary is computed (``SoftwareFeatures.cross_entropy``;
+the bytes each moves per logit are in heuristics/perf.yaml cross_entropy_bytes_per_logit)."""
 MOE_DISPATCHERS = ("allgather", "alltoall", "flex-deepep", "flex-hybridep")
 """Token dispatchers of megatron-core MoE layers (--moe-token-dispatcher-type, with
 --moe-flex-dispatcher-backend deepep|hybridep for ``flex``)."""
@@ -144,6 +147,18 @@ class SoftwareFeatures:
     """FP8 runs: the Transformer Engine recipe (``autoconfig.training.fp8``:
     delayed, tensorwise, mxfp8, blockwise); empty: the one the Megatron-Bridge
     recipes run on the GPU's generation (heuristics/fp8.yaml default_recipe)."""
+
+    cross_entropy: str = "unfused"
+    """How the loss over the vocabulary is computed (``CROSS_ENTROPY_KERNELS``), which
+    sets the HBM traffic of the last stage's softmax and its gradient:
+    ``unfused`` megatron-core's ``vocab_parallel_cross_entropy`` (Megatron-LM's
+    default: ``--cross-entropy-loss-fusion`` is off), ``native`` its fused version
+    (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl native``), ``te``
+    Transformer Engine's ``parallel_cross_entropy`` (``--cross-entropy-fusion-impl
+    te``: what the Megatron-Bridge performance recipes run), ``flash-attn`` the
+    Triton cross entropy of the flash-attn package (llm-foundry's default
+    ``loss_fn: fused_crossentropy``), ``torch`` PyTorch's ``F.cross_entropy``
+    under autocast."""
 
     moe_dispatcher: str = "allgather"
     """How MoE layers move tokens to their experts (``MOE_DISPATCHERS``):
@@ -265,6 +280,9 @@ def _check(features: SoftwareFeatures, where: str) -> None:
                            f"allowed are {', '.join(MOE_DISPATCHERS)}")
     if features.fp8_recipe:
         recipe_name(features.fp8_recipe, f"{where}: fp8_recipe")
+    if features.cross_entropy not in CROSS_ENTROPY_KERNELS:
+        raise CatalogError(f"{where}: unknown cross entropy {features.cross_entropy!r}: "
+                           f"allowed are {', '.join(CROSS_ENTROPY_KERNELS)}")
     if features.attention_kernel not in ATTENTION_KERNELS:
         raise CatalogError(f"{where}: unknown attention kernel {features.attention_kernel!r}: "
                            f"allowed are {', '.join(ATTENTION_KERNELS)}")
@@ -344,7 +362,7 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "moe_grouped_gemm": "moe_grouped_gemm"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
-             "moe_imbalance", "moe_capacity_factor", "fp8_recipe")
+             "moe_imbalance", "moe_capacity_factor", "fp8_recipe", "cross_entropy")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -372,23 +390,27 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
         changes["moe_capacity_factor"] = float(capacity)
     if overrides.get("fp8_recipe"):
         changes["fp8_recipe"] = recipe_name(overrides["fp8_recipe"])
-    dispatcher = overrides.get("moe_dispatcher")
-    if dispatcher is not None:
-        if dispatcher not in MOE_DISPATCHERS:
-            raise InputError(f"invalid --moe-dispatcher {dispatcher!r}: allowed are "
-                             f"{', '.join(MOE_DISPATCHERS)}")
-        changes["moe_dispatcher"] = dispatcher
+    for name, allowed in (("cross_entropy", CROSS_ENTROPY_KERNELS),
+                          ("moe_dispatcher", MOE_DISPATCHERS)):
+        if overrides.get(name) is not None:
+            changes[name] = _allowed(name, overrides[name], allowed)
     if grad_reduce_dtype is not None:
         changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
     if fsdp_sharding is not None:
-        if fsdp_sharding not in FSDP_SHARDING:
-            raise InputError(f"invalid --fsdp-sharding {fsdp_sharding!r}: allowed are "
-                             f"{', '.join(FSDP_SHARDING)}")
+        _allowed("fsdp_sharding", fsdp_sharding, FSDP_SHARDING)
         if features.param_gathers_per_microbatch == 0:
             raise InputError(f"--fsdp-sharding {fsdp_sharding} needs a fully sharded stack "
                              "(pytorch-fsdp or llm-foundry)")
         changes["param_gathers_per_microbatch"] = FSDP_SHARDING[fsdp_sharding]
     return dataclasses.replace(features, **changes)
+
+
+def _allowed(name: str, value: str, allowed) -> str:
+    """``value`` of the override ``name`` if ``allowed`` has it, else the one-line error."""
+    if value not in allowed:
+        raise InputError(f"invalid --{name.replace('_', '-')} {value!r}: allowed are "
+                         f"{', '.join(allowed)}")
+    return value
 
 
 def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[str]:
@@ -403,6 +425,8 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
         flags += ["--grad-reduce-dtype", grad_reduce_dtype(features)]
     if features.moe_dispatcher != stack.moe_dispatcher:
         flags += ["--moe-dispatcher", features.moe_dispatcher]
+    if features.cross_entropy != stack.cross_entropy:
+        flags += ["--cross-entropy", features.cross_entropy]
     if features.fp8_recipe != stack.fp8_recipe:
         flags += ["--fp8-recipe", features.fp8_recipe]
     for name in ("moe_imbalance", "moe_capacity_factor"):

@@ -94,6 +94,12 @@ class PerfConstants:
     drains the launch queue, so the GPU then waits for the launches of the rest
     of the layer: about a hundred kernels at ~10 us each, forward and backward,
     ~2 ms. Fitted (benchmarks/fit_perf.py) on the MoE rows."""
+    grad_bucket_params: dict = field(default_factory=lambda: {"min": 4e7, "per_rank": 1e6})
+    """Parameters per data-parallel bucket of an overlapped grad reduce / param
+    gather: max(``min``, ``per_rank`` x group size) (heuristics/perf.yaml)."""
+    cross_entropy_bytes_per_logit: dict = field(default_factory=dict)
+    """Cross-entropy implementation (``SoftwareFeatures.cross_entropy``) -> HBM bytes
+    its forward and backward move per logit element (heuristics/perf.yaml)."""
     attention_efficiency: dict = field(default_factory=dict)
     """Attention kernel -> generation -> fraction of the bf16 dense peak that the fused
     (flash) causal attention kernel reaches on the FLOPs it executes (causal half,
@@ -103,6 +109,12 @@ class PerfConstants:
 
     def efficiency_max(self, gpu: GPU) -> float:
         return self._per_generation(self.gemm_efficiency_max, "gemm_efficiency_max", gpu)
+
+    def cross_entropy_bytes(self, kernel: str) -> float:
+        if kernel not in self.cross_entropy_bytes_per_logit:
+            raise CatalogError(f"heuristics/perf.yaml: no cross_entropy_bytes_per_logit for "
+                               f"{kernel!r}: add it there")
+        return self.cross_entropy_bytes_per_logit[kernel]
 
     def attention_efficiency_of(self, gpu: GPU, kernel: str = "fused") -> float:
         generation = gpu.generation
@@ -173,6 +185,10 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
                "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n",
                "moe_layer_overhead_s")
     overheads = data.get("layer_overhead_s") or {}
+    entropy = data.get("cross_entropy_bytes_per_logit") or {}
+    buckets = data.get("grad_bucket_params") or {}
+    if buckets and set(buckets) != {"min", "per_rank"}:
+        raise CatalogError(f"{path}: 'grad_bucket_params' needs 'min' and 'per_rank'")
     attention = data.get("attention_efficiency") or {}
     if not all(isinstance(v, dict) and "value" not in v for v in attention.values()):
         raise CatalogError(f"{path}: 'attention_efficiency' maps kernel -> generation -> number")
@@ -181,6 +197,10 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         attention_efficiency={kernel: {g: float(sourced_number(table, g, path)) for g in table}
                               for kernel, table in attention.items()},
         layer_overhead_s={k: float(sourced_number(overheads, k, path)) for k in overheads},
+        cross_entropy_bytes_per_logit={k: float(sourced_number(entropy, k, path))
+                                       for k in entropy},
+        **({"grad_bucket_params": {k: float(sourced_number(buckets, k, path))
+                                   for k in buckets}} if buckets else {}),
         **{k: float(sourced_number(data, k, path)) for k in scalars})
 
 
@@ -338,10 +358,11 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
         dp_comm = micro * _sharded_dp_comm_per_microbatch(
             model, cluster, c, sw, t, cp, dp, layers, params + experts, window_s=last["total"])
     else:
-        dp_comm = _dp_comm(cluster, c, sw, plans, params, dp * cp, t, last["backward"])
+        windows = (last["backward"], last["compute"] - last["backward"])
+        dp_comm = _dp_comm(cluster, c, sw, plans, params, dp * cp, t, *windows)
         if model.is_moe:
             dp_comm = dp_comm + _dp_comm(cluster, c, sw, plans, experts, plans.edp,
-                                         plans.ep * plans.etp, last["backward"])
+                                         plans.ep * plans.etp, *windows)
     optimizer = _optimizer_s(c, plans, t, cp, dp, params, experts, hbm)
 
     step = micro * pick["total"] + bubble + pp_p2p + dp_comm + optimizer
@@ -398,7 +419,7 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
     rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
     if kinds is None:
         parts = [(times, layers, rc_layers)]
-        logits_fwd = logits * times["logits"]
+        head, heads = times, 1.0
     elif model.is_encoder_decoder:
         # Encoder and decoder are two blocks with the same recompute settings:
         # block recomputes the first N layers of each.
@@ -406,18 +427,20 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
             (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
             np.minimum(plans.recompute_num_layers, kinds[k]), kinds[k]), 0.0))
             for k in ("encoder", "decoder")]
-        logits_fwd = logits * times["decoder"]["logits"]
+        head, heads = times["decoder"], 1.0
     else:
         total = np.maximum(kinds["dense"] + kinds["moe"], 1.0)
         parts = [(times[k], kinds[k], rc_layers * kinds[k] / total) for k in ("dense", "moe")]
-        logits_fwd = logits * (1.0 + model.mtp_layers) * times["dense"]["logits"]
+        # Each MTP module has its own output layer and loss.
+        head, heads = times["dense"], 1.0 + model.mtp_layers
+    logits_fwd = logits * heads * head["logits"]
     out = None
     for kind_times, n, rc in parts:
         one = _layers_microbatch(model, cluster, c, sw, plans, kind_times, t, cp,
                                  kind_times.get("tokens", tokens), n, rc)
         out = one if out is None else {k: out[k] + one[k] for k in out}
-    # Forward + backward of the output layer: 3 x forward, like any GEMM.
-    out["compute"] = out["compute"] + 3.0 * logits_fwd
+    # Forward + backward of the output layer: 3 x forward, like any GEMM; then its loss.
+    out["compute"] = out["compute"] + 3.0 * logits_fwd + logits * heads * head["loss"]
     out["backward"] = out["backward"] + 2.0 * logits_fwd
     out["total"] = (out["compute"] + out["recompute"] + out["tp"] + out["cp"] + out["ep"]
                     + out["fixed"])
@@ -537,6 +560,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     factor = c.elementwise_traffic_factor / hbm
     logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
                   model.vocab_size / t, model.hidden_size) / fp8
+    loss = tokens * model.vocab_size / t * c.cross_entropy_bytes(sw.cross_entropy) / hbm
     extra, traffic = {}, 0.0
     if kind == "moe":
         block = _moe_block_times(model, workload, plans, cluster, c, sw, gemm, fp8, tokens)
@@ -557,7 +581,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
             "column_parallel_gemms": (sum(gemms[:attention_gemms - 1]),
                                       gemms[attention_gemms] if len(gemms) > attention_gemms
                                       else 0.0),
-            "scores": factor * (total - linear), "logits": logits,
+            "scores": factor * (total - linear), "logits": logits, "loss": loss,
             "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm)}
 
 
@@ -946,7 +970,8 @@ def _stage_params_per_gpu(model: ModelSpec, t, layers, plans: PlanTable, kinds=N
             + output, kinds["moe"] * expert)
 
 
-def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s):
+def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s,
+             forward_window_s):
     """Exposed data-parallel gradient reduction (+ distributed-optimizer gather)
     of ``params`` per GPU over a group of ``group`` ranks ``stride`` apart.
 
@@ -956,9 +981,22 @@ def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s):
     parameters, each half an all-reduce of its bytes. Dense parameters reduce
     over dp*cp ranks at stride t; routed experts over their expert data-parallel
     group, tp*cp*dp/(ep*etp) ranks at stride ep*etp (megatron-core's expert rank
-    order etp-ep-edp-pp). With --overlap-grad-reduce the buckets go out while
-    the last micro-batch's backward runs, so only the part longer than that
-    backward is exposed; without it all of it is.
+    order etp-ep-edp-pp).
+
+    The two collectives hide behind different windows. With --overlap-grad-reduce
+    the gradient buckets go out while the last micro-batch's backward runs
+    (``backward_window_s``), so only the part longer than that backward is
+    exposed. With --overlap-param-gather the parameter all-gather of each bucket
+    is started after the optimizer step and waited on by the forward pre-hook of
+    the bucket's first module in the next step (megatron-core
+    ``DistributedDataParallel._make_forward_pre_hook``), so it hides behind the
+    first micro-batch's forward (``forward_window_s``). Without an overlap its
+    collective is all exposed. Overlapped, the parameters go in buckets of
+    max(40M, 1M x group) parameters (megatron-core's default, ``grad_bucket_params``
+    in heuristics/perf.yaml), filled from the last layer back: the bucket holding the
+    first layers is complete only when the backward ends, and the first forward
+    needs its own bucket gathered before it starts, so one bucket's share of each
+    collective is always exposed (all of it where one bucket holds everything).
     """
     gpu = cluster.gpu
     k = members_in_domain(group, stride, cluster.nvlink_domain_gpus)
@@ -967,10 +1005,16 @@ def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s):
     grads = hierarchical_allreduce_s(params * sw.grad_reduce_bytes, group, k, nv, ib,
                                      c.comm_latency_s)
     gather = hierarchical_allreduce_s(params * BF16_BYTES, group, k, nv, ib, c.comm_latency_s)
-    comm = np.where(plans.distributed_optimizer, 0.5 * grads + 0.5 * gather, grads)
+    reduce = np.where(plans.distributed_optimizer, 0.5 * grads, grads)
+    gather = np.where(plans.distributed_optimizer, 0.5 * gather, 0.0)
+    bucket = np.maximum(c.grad_bucket_params["min"], c.grad_bucket_params["per_rank"] * group)
+    last = np.minimum(1.0, bucket / np.maximum(params, 1.0))
     if sw.overlap_grad_reduce:
-        return np.maximum(0.0, comm - backward_window_s)
-    return comm
+        reduce = np.maximum(last * reduce, reduce - backward_window_s)
+    if sw.overlap_param_gather and sw.overlap_grad_reduce:
+        # Megatron-LM accepts --overlap-param-gather only with --overlap-grad-reduce.
+        gather = np.maximum(last * gather, gather - forward_window_s)
+    return reduce + gather
 
 
 def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, stage_params,

@@ -71,6 +71,7 @@ def autoconfig_config():
     cfg.ddp.overlap_param_gather = False
     cfg.ddp.grad_reduce_in_fp32 = True
     cfg.model.gradient_accumulation_fusion = True
+    cfg.model.cross_entropy_loss_fusion = False
     cfg.mixed_precision.grad_reduce_in_fp32 = True
     cfg.dataset.seq_length = 2048
     cfg.tokenizer.tokenizer_type = 'HuggingFaceTokenizer'
