@@ -42,11 +42,16 @@ N_INVOCATIONS = 1200
 MOE_CASES = 400
 """Invocations of the mixture-of-experts stream (on top of N_INVOCATIONS)."""
 TIME_LIMIT_S = 10
-COMMAND_TIME_LIMIT_S = {"infer-validate": 30}
+COMMAND_TIME_LIMIT_S = {"infer-validate": 90}
 """Commands that score a whole published set get longer before they count as hung:
 infer-validate simulates every published serving job step by step (the MLPerf
 Server rows send 8,313-24,576 requests each), about 8 s on an idle 2-core machine
-(benchmarks/infer_speed.py prints it)."""
+of an earlier session and 23.5 s on a slower one (benchmarks/infer_speed.py prints
+it; its speed is that script's business, this limit only tells a hang from a run);
+it took 23.5-30.0 s inside this fuzz there, at the old 30 s limit."""
+READ_ONLY = frozenset({"catalog", "validate", "infer-validate"})
+"""Commands that write nothing and answer the same argv the same way: a repeated
+invocation is run once (the outcome keeps one result per argv anyway)."""
 
 
 def time_limit_s(argv) -> int:
@@ -612,7 +617,10 @@ def results(monkeypatch_module, tmp_path_factory):
     _write_env_files(Path("."))
     cases = generate(Path(".")) + generate_moe(Path(".")) + generate_env(Path("."))
     start = time.perf_counter()
-    outcome = {argv: (invalid, run(argv)) for argv, invalid in cases}
+    outcome = {}
+    for argv, invalid in cases:
+        if argv not in outcome or argv[0] not in READ_ONLY:
+            outcome[argv] = (invalid, run(argv))
     elapsed = time.perf_counter() - start
     print(f"\nfuzz: {len(cases)} invocations ({MOE_CASES} of them MoE, {ENV_CASES} "
           f"environment faults) over {len(_commands())} commands in {elapsed:.1f} s")
