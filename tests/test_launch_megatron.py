@@ -20,6 +20,7 @@ import pytest
 from autoconfig.base.config import base_for_model
 from autoconfig.core.catalog import get_model
 from autoconfig.launch.megatron_lm import megatron_args
+from autoconfig.launch.spec import MEGATRON_FUSED_LOSSES
 from launch_cases import ALL_CASES, MOE_CASES, case_spec, recorded
 
 TYPES = {"int": int, "float": float, "str": str, "enum": str, None: None}
@@ -141,7 +142,7 @@ def test_args_parse_and_match_the_plan(name, data):
                                        and p.distributed_optimizer)
     assert ns.grad_reduce_in_bf16 == (sw.grad_reduce_bytes == 2)
     assert ns.gradient_accumulation_fusion == sw.gradient_accumulation_fusion
-    assert ns.cross_entropy_loss_fusion == (sw.cross_entropy in ("native", "te"))
+    assert ns.cross_entropy_loss_fusion == (sw.cross_entropy in MEGATRON_FUSED_LOSSES)
     if ns.cross_entropy_loss_fusion:
         assert ns.cross_entropy_fusion_impl == sw.cross_entropy
     if spec.interleaved:   # Megatron-LM overlaps interleaved pipeline sends unless told not to

@@ -27,7 +27,7 @@ from autoconfig.launch import bridge, nemo1
 from autoconfig.launch.bridge import bridge_text
 from autoconfig.launch.files import launch_document, launch_texts
 from autoconfig.launch.nemo1 import nemo1_overrides, nemo1_text
-from autoconfig.launch.spec import _launch_data
+from autoconfig.launch.spec import MEGATRON_FUSED_LOSSES, _launch_data
 from launch_cases import ALL_CASES, DATA, MOE_CASES, case_spec, recorded
 
 MISSING = object()
@@ -153,7 +153,7 @@ def test_nemo1_overrides_compose_and_match(name):
     assert ("runs it unfused" in nemo1_text(spec)) == \
         (spec.software.gradient_accumulation_fusion and not allowed)
     # the fused loss the prediction priced, passed to megatron-core's TransformerConfig
-    fused_loss = spec.software.cross_entropy in ("native", "te")
+    fused_loss = spec.software.cross_entropy in MEGATRON_FUSED_LOSSES
     assert model.get("cross_entropy_loss_fusion", False) == fused_loss
     if fused_loss:
         assert model["cross_entropy_fusion_impl"] == spec.software.cross_entropy
@@ -287,7 +287,8 @@ def test_bridge_recipe_values_match(name, monkeypatch):
     assert cfg.ddp.overlap_grad_reduce == spec.software.overlap_grad_reduce
     assert cfg.model.gradient_accumulation_fusion == spec.software.gradient_accumulation_fusion
     # the loss the prediction priced (the Bridge recipes' te, unfused for megatron-lm)
-    assert cfg.model.cross_entropy_loss_fusion == (spec.software.cross_entropy in ("native", "te"))
+    assert cfg.model.cross_entropy_loss_fusion == (spec.software.cross_entropy
+                                                  in MEGATRON_FUSED_LOSSES)
     if cfg.model.cross_entropy_loss_fusion:
         assert cfg.model.cross_entropy_fusion_impl == spec.software.cross_entropy
     assert cfg.comm_overlap.tp_comm_overlap == spec.tp_comm_overlap

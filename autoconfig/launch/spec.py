@@ -31,6 +31,10 @@ MAX_VOCAB_DIVISOR = 1024
 """Largest --make-vocab-size-divisible-by tried (Megatron's default is 128)."""
 
 
+MEGATRON_FUSED_LOSSES = ("native", "te")
+"""The cross entropies (``SoftwareFeatures.cross_entropy``) megatron-core runs fused:
+its --cross-entropy-fusion-impl choices (with --cross-entropy-loss-fusion)."""
+
 @dataclass(frozen=True)
 class FamilyLaunch:
     """What a launch needs about a model family beyond its shape (heuristics/launch.yaml)."""
@@ -196,9 +200,9 @@ class LaunchSpec:
     @property
     def cross_entropy_fusion_impl(self) -> str | None:
         """megatron-core's --cross-entropy-fusion-impl of the stack's fused loss
-        (``native`` or ``te``); None for the unfused default."""
+        (``MEGATRON_FUSED_LOSSES``); None for the unfused default."""
         kind = self.software.cross_entropy
-        return kind if kind in ("native", "te") else None
+        return kind if kind in MEGATRON_FUSED_LOSSES else None
 
     @property
     def overlap_param_gather(self) -> bool:
