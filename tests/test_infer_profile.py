@@ -53,3 +53,19 @@ def test_profile_runs_real_inference_for_three_layouts_ranked_by_measured_latenc
     assert len(store.load_records(results)) == 3
     rebuilt = pd.read_csv(results / "infer_profile.csv")
     assert list(rebuilt["measured_latency_ms"]) == list(table["measured_latency_ms"])
+
+
+def test_gpu_report_says_what_ran_beside_what_was_predicted() -> None:
+    """The worker runs megatron-core's static path whatever --engine says: a GPU
+    report names both (on an H100 its eager steps measured 27-38 ms per token
+    where the vllm or megatron-core engines predict 3-10: benchmarks/gpu/)."""
+    from autoconfig.profiling.inference_sweep import WORKER_ENGINE, render
+    table = pd.DataFrame([{"tp": 1, "pp": 1, "batch": 8, "run_batch": 8, "status": "ok",
+                           "measured_ttft_ms": 31.2, "predicted_ttft_ms": 21.4,
+                           "measured_tpot_ms": 41.0, "predicted_tpot_ms": 2.6,
+                           "measured_latency_ms": 2624.0, "predicted_latency_ms": 184.9,
+                           "predicted_rank": 1, "error": ""}])
+    text = render(table, "cuda", "vllm")
+    assert WORKER_ENGINE in text and "the vllm engine" in text
+    assert "CPU proxy" in render(table, "cpu", "vllm")
+    assert WORKER_ENGINE not in render(table, "cuda")

@@ -17,8 +17,8 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 5.8, "S04": 3.8, "S05": 3.3, "S08": 4.2, "S09": 6.7, "S10": 5.5,
-                   "S15": 14.6, "S18": 6.1, "S19": 10.0}
+PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.8, "S05": 3.3, "S08": 4.2, "S09": 6.5, "S10": 5.6,
+                   "S15": 14.5, "S18": 6.1, "S19": 10.0}
 """S08 counts its GB300 rows since that GPU is in the catalog (its 21 other rows: 4.0%, 3.9%
 before the MoE work); S18 and S19 are the published MoE runs. S10 was 4.8% before
 Megatron-DeepSpeed's gradient accumulation was derived instead of fitted. S08 was 4.6%
@@ -26,8 +26,11 @@ before R0135 took its virtual-pipeline size from its release's recipe. With the 
 cross-entropy traffic derived per implementation (heuristics/perf.yaml
 cross_entropy_bytes_per_logit) the refit moved S05 from 2.8% to 3.3% (its smallest
 model now 6.0% fast: the elementwise factor the loss had partly stood in for fell from
-0.50 to 0.39), S01 5.9% -> 5.8%, S09 6.8% -> 6.7%, S08 4.0% -> 4.2%, S19 9.9% -> 10.0%."""
-PINNED_OVERALL_PCT = 6.8
+0.50 to 0.39), S01 5.9% -> 5.8%, S09 6.8% -> 6.7%, S08 4.0% -> 4.2%, S19 9.9% -> 10.0%.
+With fused attention's measured per-query-tile cost on Hopper (heuristics/perf.yaml
+attention_tile_keys; benchmarks/gpu/attention.csv) S09 went 6.7% -> 6.5%, S01 5.8% ->
+5.9%, S10 5.5% -> 5.6%, S15 14.6% -> 14.5% (held out: S09 8.8% -> 7.3%, S08 9.6% -> 8.7%)."""
+PINNED_OVERALL_PCT = 6.7
 PINNED_SPEARMAN = 0.70
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.77 before the BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32

@@ -399,8 +399,55 @@ def test_flash_attention_time_plain_numbers():
     assert fwd_tp == pytest.approx(fwd / 4)
 
 
+def test_fused_attention_pays_a_fixed_cost_per_query_tile():
+    """efficiency x L / (L + cp x tile + causal extra), L the keys per query (s/2
+    causal, s without a mask); ring CP pays the tile cost once per step."""
+    from autoconfig.training.step_time import _flash_attention_times
+    plain, _ = _flash_attention_times(LLAMA_LIKE, 2048.0, 2048.0, 1.0, 1e12, 0.5)
+    tiled, tiled_bwd = _flash_attention_times(LLAMA_LIKE, 2048.0, 2048.0, 1.0, 1e12, 0.5,
+                                              1.0, 240.0, 176.0)
+    assert tiled == pytest.approx(plain * (1024 + 240 + 176) / 1024)
+    assert tiled_bwd == pytest.approx(2.5 * tiled)
+    ring, _ = _flash_attention_times(LLAMA_LIKE, 2048.0, 512.0, 1.0, 1e12, 0.5, 4.0, 240.0, 176.0)
+    assert ring == pytest.approx(plain / 4 * (1024 + 4 * 240 + 176) / 1024)
+    whole, _ = _flash_attention_times(LLAMA_LIKE, 2048.0, 2048.0, 1.0, 1e12, 0.5, 1.0, 240.0,
+                                      176.0, causal=False)
+    assert whole == pytest.approx(2 * plain * (2048 + 240) / 2048)
+    # Long rows approach the asymptote: within 3% at 64K causal tokens.
+    long, _ = _flash_attention_times(LLAMA_LIKE, 65536.0, 65536.0, 1.0, 1e12, 0.5, 1.0, 240.0,
+                                     176.0)
+    flat, _ = _flash_attention_times(LLAMA_LIKE, 65536.0, 65536.0, 1.0, 1e12, 0.5)
+    assert 1.0 < long / flat < 1.03
+
+
+def test_shipped_attention_law_follows_the_h100_measurements():
+    """The shipped Hopper tile costs and efficiency against every cuDNN head-dim-128
+    point measured on an H100 (benchmarks/gpu/attention.csv): within 10%, where a
+    constant efficiency is 78% off at 1K causal tokens."""
+    import pandas as pd
+    from autoconfig.paths import benchmarks_dir
+    a = pd.read_csv(benchmarks_dir() / "gpu" / "attention.csv")
+    a = a[(a.backend == "cudnn") & (a.head_dim == 128)]
+    measured = 3.5 / (1.0 / a.fwd_tflops + 2.5 / a.bwd_tflops) * 1e12
+    c = load_constants()
+    tile, causal = c.attention_tile_costs(H100)
+    assert tile > 0 and causal > 0
+    from autoconfig.training.step_time import _flash_attention_times
+    for row, rate in zip(a.itertuples(), measured):
+        tokens = float(row.seq * row.batch)
+        fwd, bwd = _flash_attention_times(LLAMA_LIKE, float(row.seq), tokens, 1.0,
+                                          H100.peak_bf16_tflops * 1e12,
+                                          c.attention_efficiency_of(H100), 1.0, tile, causal,
+                                          causal=bool(row.causal))
+        flops = 3.5 * (0.5 if row.causal else 1.0) * 4.0 * row.seq * LLAMA_LIKE.hidden_size \
+            * tokens
+        assert flops / (fwd + bwd) == pytest.approx(rate, rel=0.10), (row.seq, row.causal)
+
+
 def test_attention_time_quadratic_in_seq_per_sequence_linear_per_token():
-    short, long = _times(8192), _times(32768)
+    # Without the per-tile cost (test_fused_attention_pays_a_fixed_cost_per_query_tile).
+    flat = dataclasses.replace(load_constants(), attention_tile_keys={}, attention_causal_keys={})
+    short, long = _times(8192, flat), _times(32768, flat)
     # One micro-batch of one sequence: 4x tokens -> 16x attention, 4x per token.
     assert long["attention"] / short["attention"] == pytest.approx(16.0)
     assert long["attention_backward"] / short["attention_backward"] == pytest.approx(16.0)

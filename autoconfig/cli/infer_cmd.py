@@ -221,7 +221,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
 
         table = run(result, options, out, echo=lambda text: click.echo(text, err=True))
         if table is not None:
-            click.echo("\n" + render_profile(table, device))
+            click.echo("\n" + render_profile(table, device,
+                                              result.engine.name if result.engine else ""))
 
 
 def _lengths(dataset_name, input_len, output_len, input_std, output_std) -> tuple:

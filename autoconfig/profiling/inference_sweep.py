@@ -213,7 +213,11 @@ def combine(chosen: pd.DataFrame, specs, records: list[dict]) -> pd.DataFrame:
     return table
 
 
-def render(table: pd.DataFrame, device: str) -> str:
+WORKER_ENGINE = "megatron-core's static inference path, run eagerly by the profiling worker"
+"""What the inference worker measures, whatever engine the predictions are for."""
+
+
+def render(table: pd.DataFrame, device: str, engine: str = "") -> str:
     def fmt(value, digits=4):
         return "" if value is None or (isinstance(value, float) and np.isnan(value)) \
             else f"{value:.{digits}g}"
@@ -223,7 +227,9 @@ def render(table: pd.DataFrame, device: str) -> str:
              fmt(r.measured_latency_ms), fmt(r.predicted_latency_ms), r.predicted_rank,
              r.error[:60]) for i, r in enumerate(table.itertuples(index=False))]
     note = (" (CPU proxy: measured times are the scaled-down model on this CPU, predictions "
-            "are for the real model on the GPU)" if device == "cpu" else "")
+            "are for the real model on the GPU)" if device == "cpu" else
+            f" (measured: {WORKER_ENGINE}; predicted: the {engine} engine, so compare "
+            "the order more than the times: benchmarks/gpu/README.md)" if engine else "")
     return "\n".join([f"Profiled layouts ranked by measured latency{note}:", "",
                       tabulate(rows, headers=("#", "TP", "PP", "batch", "run batch", "status",
                                               "TTFT ms", "pred", "TPOT ms", "pred",

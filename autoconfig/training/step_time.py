@@ -69,6 +69,11 @@ class PerfConstants:
     gemm_efficiency_max: dict = field(default_factory=dict)
     """Generation -> large-GEMM fraction of the bf16 dense peak."""
     gemm_size_factor: float = 1.0
+    attention_tile_keys: dict = field(default_factory=dict)
+    """Generation -> fixed cost of a fused attention kernel per query tile, in keys
+    (``_flash_attention_times``); absent: 0."""
+    attention_causal_keys: dict = field(default_factory=dict)
+    """Generation -> extra per-query-tile cost of a causal mask, in keys; absent: 0."""
     elementwise_traffic_factor: float = 1.0
     fp8_gemm_speedup: float = 1.5
     comm_bandwidth_efficiency: float = 0.8
@@ -106,6 +111,11 @@ class PerfConstants:
     backward recompute included), forward and backward alike. A kernel or
     generation absent falls back to the ``fused`` kernel, then to the large-GEMM
     efficiency."""
+
+    def attention_tile_costs(self, gpu: GPU) -> tuple[float, float]:
+        """(per-query-tile, causal extra) fixed cost of fused attention, in keys."""
+        return (self.attention_tile_keys.get(gpu.generation, 0.0),
+                self.attention_causal_keys.get(gpu.generation, 0.0))
 
     def efficiency_max(self, gpu: GPU) -> float:
         return self._per_generation(self.gemm_efficiency_max, "gemm_efficiency_max", gpu)
@@ -184,6 +194,8 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
                "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
                "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n",
                "moe_layer_overhead_s")
+    tiles = {name: {g: float(sourced_number(data[name], g, path)) for g in data[name]}
+             for name in ("attention_tile_keys", "attention_causal_keys") if data.get(name)}
     overheads = data.get("layer_overhead_s") or {}
     entropy = data.get("cross_entropy_bytes_per_logit") or {}
     buckets = data.get("grad_bucket_params") or {}
@@ -201,7 +213,7 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
                                        for k in entropy},
         **({"grad_bucket_params": {k: float(sourced_number(buckets, k, path))
                                    for k in buckets}} if buckets else {}),
-        **{k: float(sourced_number(data, k, path)) for k in scalars})
+        **tiles, **{k: float(sourced_number(data, k, path)) for k in scalars})
 
 
 def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_factor):
@@ -544,7 +556,8 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     mlp_fwd = sum(gemms[attention_gemms:])
     if sw.flash_attention:
         attn, attn_bwd = _flash_attention_times(model, s, tokens, t, peak,
-                                                c.attention_efficiency_of(gpu, sw.attention_kernel))
+                                                c.attention_efficiency_of(gpu, sw.attention_kernel),
+                                                cp, *c.attention_tile_costs(gpu))
     else:
         # Unfused attention: two batched GEMMs per head, (s/cp) x d by d x s, over the
         # whole score matrix, at GEMM efficiency with the 1/K (= 1/d) traffic term
@@ -597,9 +610,13 @@ def _encoder_decoder_times(model: ModelSpec, workload: Workload, plans: PlanTabl
     b = plans.mbs.astype(float)
     encoder = dict(_forward_times(model, workload, plans, gpu, c, sw))
     if sw.flash_attention:
-        encoder["layer"] = encoder["layer"] + encoder["attention"]
-        encoder["attention"] = 2.0 * encoder["attention"]
-        encoder["attention_backward"] = 2.0 * encoder["attention_backward"]
+        whole, whole_bwd = _flash_attention_times(
+            model, float(workload.seq_len), b * workload.seq_len / plans.cp.astype(float),
+            plans.tp.astype(float), gpu.peak_bf16_tflops * 1e12,
+            c.attention_efficiency_of(gpu, sw.attention_kernel), plans.cp.astype(float),
+            *c.attention_tile_costs(gpu), causal=False)
+        encoder["layer"] = encoder["layer"] - encoder["attention"] + whole
+        encoder["attention"], encoder["attention_backward"] = whole, whole_bwd
     encoder["tokens"] = b * workload.seq_len
     decoder_workload = replace(workload, seq_len=model.decoder_seq_len)
     decoder = dict(_forward_times(model, decoder_workload, plans, gpu, c, sw))
@@ -861,9 +878,10 @@ def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: fl
 
 
 def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: float,
-                           efficiency: float):
-    """(forward, backward) seconds of one layer's fused causal attention core on
-    one GPU for ``tokens`` query tokens (a micro-batch's s*b/cp).
+                           efficiency: float, cp=1.0, tile_keys: float = 0.0,
+                           causal_keys: float = 0.0, causal: bool = True):
+    """(forward, backward) seconds of one layer's fused attention core on one GPU
+    for ``tokens`` query tokens (a micro-batch's s*b/cp).
 
     FLOPs as the FlashAttention benchmarks count them (Dao-AILab/flash-attention,
     benchmarks/benchmark_flash_attention.py, ``flops``): forward 4 s d per query
@@ -877,8 +895,22 @@ def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: fl
     (``heuristics/perf.yaml`` attention_efficiency); FP8 does not speed it up
     (Transformer Engine keeps attention in bf16 by default). Model FLOPs, and so
     MFU, still count the whole score matrix forward and 2 x forward backward.
+
+    Short rows run below that: a kernel walks each query tile along its keys and
+    pays a fixed cost per tile (loading the queries, the softmax rescale and the
+    output / log-sum-exp writes; in the backward the dQ accumulation and the
+    dK/dV writes) worth ``tile_keys`` keys of work, and a causal tile also
+    computes the masked diagonal block (``causal_keys``). With L keys per query
+    (s/2 causal, s without a mask) the efficiency is ``efficiency * L / (L +
+    cp * tile_keys + causal_keys)``: ring context parallelism runs one kernel
+    per ring step, so each query tile pays the fixed cost cp times. Measured on
+    an H100 (benchmarks/gpu/attention.csv): 0.32 of the peak at 1K causal tokens,
+    0.54 at 8K, 0.59 at 16K.
     """
-    forward = 0.5 * 4.0 * s * model.hidden_size / t * tokens / (peak_flops * efficiency)
+    keys = 0.5 * s if causal else s
+    shortfall = keys / (keys + cp * tile_keys + (causal_keys if causal else 0.0))
+    forward = (0.5 if causal else 1.0) * 4.0 * s * model.hidden_size / t * tokens / (
+        peak_flops * efficiency * shortfall)
     return forward, 2.5 * forward
 
 

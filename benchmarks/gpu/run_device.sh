@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The measurements under benchmarks/gpu/, as run on a lent one-GPU H100 machine
+# (PyTorch preinstalled, no network): megatron-core and submitit come as wheels
+# in .whl/ (pip download --only-binary=:all: --python-version 3.12
+# megatron-core==0.16.1 submitit==1.5.4).
+#   bash benchmarks/gpu/run_device.sh OUTDIR STAGE...
+# Stages (each time-limited; the first call ran "kernels train infer", the second
+# "kernels2 infer2"):
+#   kernels   benchmarks/gpu_kernels.py: HBM copy, bf16/FP8 GEMMs, fused attention
+#   kernels2  benchmarks/gpu_kernels.py: GEMMs eager vs CUDA-graph replay (launch
+#             cost apart, decode-sized M too), non-GEMM kernels
+#   train     `autoconfig search --profile --device cuda` on gpt3 1.3b, one GPU, as a
+#             user runs it (real megatron-core steps of the top plans beside the
+#             predictions of what ran: no Transformer Engine, so unfused attention)
+#   infer     `autoconfig infer --profile --device cuda` (megatron-core static
+#             inference) on gpt3 1.3b
+#   infer2    the same on gpt3 350m and 6.7b (what part of a step does not shrink
+#             with the model)
+set -u
+out=${1:?usage: run_device.sh OUTDIR STAGE...}
+shift
+mkdir -p "$out"
+work=/tmp/ac-gpu
+rm -rf "$work" && mkdir -p "$work"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv
+python3 -c "import torch, megatron.core as m; print('torch', torch.__version__, 'mcore', m.__version__)"
+
+infer_profile() {  # size, folder
+    (cd "$work" && timeout 120 python3 -m autoconfig infer --model gpt3 --size "$1" --gpu h100 \
+        --gpus 1 --gpus-per-node 1 --engine megatron-core --input-len 512 --output-len 64 \
+        --batch 1,8,32 --profile --device cuda --top-k 3 --max-minutes 2 --no-plots -o "$2")
+    echo "inference $1 rc $?"
+}
+
+for stage in "$@"; do
+    echo "== $stage"
+    case $stage in
+    kernels)
+        timeout 190 python3 benchmarks/gpu_kernels.py --out "$work/kernels" --budget-s 160 ;;
+    kernels2)
+        timeout 120 python3 benchmarks/gpu_kernels.py --out "$work/kernels2" --budget-s 100 \
+            --only hbm,graph_gemm,elementwise ;;
+    train)
+        (cd "$work" && timeout 200 python3 -m autoconfig search --model gpt3 --size 1.3b \
+            --gpu h100 --gpus-per-node 1 --nodes 1 --gbs 16 --seq-len 2048 --no-fused-attention \
+            --no-gradient-accumulation-fusion --profile --device cuda --executor local \
+            --top-k 4 --max-steps 5 --warmup-steps 2 --max-minutes 3 --no-plots -o train) ;;
+    infer)
+        infer_profile 1.3b infer ;;
+    infer2)
+        infer_profile 350m infer-350m
+        infer_profile 6.7b infer-6.7b ;;
+    *)
+        echo "unknown stage $stage" ;;
+    esac
+    echo "$stage rc $?"
+done
+
+tar -czf "$out/results.tar.gz" -C "$work" .
+ls -la "$out"

@@ -1,0 +1,143 @@
+"""Print how the model's kernel laws compare with the H100 measurements in
+benchmarks/gpu/ (made by benchmarks/gpu/run_device.sh; see its README.md).
+
+    python benchmarks/gpu_compare.py
+
+- GEMMs: measured sustained bf16 efficiency, and the shape law of
+  ``step_time.gemm_time_s`` (its size factor, the per-kernel cost) against the
+  720 measured weight GEMMs (forward, input and weight gradient);
+- fused attention: the efficiency ``step_time._flash_attention_times`` gives at
+  each measured length (with and without the per-tile cost) against cuDNN's;
+- FP8 GEMM speed-up measured against ``fp8_gemm_speedup``;
+- HBM copy bandwidth against ``hbm_efficiency``;
+- the profiling worker's measured steps (``autoconfig search --profile``) and
+  inference steps (``autoconfig infer --profile``) beside what was predicted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from autoconfig.core.catalog import get_gpu
+from autoconfig.training.step_time import BF16_BYTES, gemm_time_s, load_constants
+
+HERE = Path(__file__).resolve().parent / "gpu"
+
+
+def _executed_dims(row) -> tuple[int, int, int]:
+    """(M, N, K) of the GEMM a row timed: forward x W^T, input gradient dY W,
+    weight gradient dY^T X."""
+    if row.op == "fprop":
+        return row.m, row.n, row.k
+    if row.op == "dgrad":
+        return row.m, row.k, row.n
+    return row.n, row.k, row.m
+
+
+def gemm_report(gpu, constants) -> None:
+    g = pd.read_csv(HERE / "gemm.csv")
+    peak = gpu.peak_bf16_tflops * 1e12
+    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+    dims = np.array([_executed_dims(r) for r in g.itertuples()], float)
+    flops = 2.0 * dims.prod(axis=1)
+    measured = g.ms.to_numpy() / 1e3
+    big = (dims.min(axis=1) >= 2048)
+    print(f"bf16 GEMMs ({len(g)} shapes): sustained efficiency of those with M, N, K >= 2048: "
+          f"median {np.median(flops[big] / measured[big] / peak):.3f} of the "
+          f"{gpu.peak_bf16_tflops:g} TFLOP/s peak")
+    for label, factor, kernel_s in (("shipped law (size factor %.2g, no kernel cost)"
+                                     % constants.gemm_size_factor,
+                                     constants.gemm_size_factor, 0.0),
+                                    ("no size penalty, 3 us per kernel", 0.0, 3e-6)):
+        predicted = gemm_time_s(flops, dims[:, 0], dims[:, 1], dims[:, 2], peak, 1.0, ridge,
+                                factor) + 0.0
+        efficiency = np.exp(np.mean(np.log((predicted) / (measured - kernel_s).clip(1e-7))))
+        shaped = predicted / efficiency + kernel_s
+        err = np.abs(shaped / measured - 1.0)
+        print(f"  {label}: best large-GEMM efficiency {efficiency:.3f}, "
+              f"MAPE {100 * err.mean():.1f}%, worst {100 * err.max():.0f}%")
+    graph = pd.read_csv(HERE / "graph_gemm.csv")
+    small = graph[graph.m <= 64]
+    print(f"  per-kernel cost: smallest GEMMs {1e3 * small.graph_ms.min():.1f} us as a CUDA "
+          f"graph, {1e3 * small.eager_ms.median():.1f} us median launched one by one from Python")
+
+
+def attention_report(gpu, constants) -> None:
+    a = pd.read_csv(HERE / "attention.csv", dtype={"error": "string"}).fillna({"error": ""})
+    a = a[(a.backend == "cudnn") & (a.head_dim == 128) & (a.error == "")]
+    combined = 3.5 / (1.0 / a.fwd_tflops + 2.5 / a.bwd_tflops) / gpu.peak_bf16_tflops
+    efficiency = constants.attention_efficiency_of(gpu)
+    tile, causal_keys = constants.attention_tile_costs(gpu)
+    keys = np.where(a.causal, a.seq / 2.0, a.seq)
+    law = efficiency * keys / (keys + tile + np.where(a.causal, causal_keys, 0.0))
+    print(f"fused attention (cuDNN, head dim 128), fraction of peak, forward + backward; "
+          f"model: {efficiency:.3f} x L / (L + {tile:g} + {causal_keys:g} causal)")
+    print("   seq  causal  measured  model")
+    for (_, row), value, model in zip(a.iterrows(), combined, law):
+        print(f"  {row.seq:6d}  {str(row.causal):6s}  {value:8.3f}  {model:5.3f}")
+    err = np.abs(law / combined - 1.0)
+    print(f"  MAPE {100 * err.mean():.1f}% (a constant {efficiency:.3f}: "
+          f"{100 * np.abs(efficiency / combined - 1.0).mean():.1f}%)")
+
+
+def fp8_report(constants) -> None:
+    f = pd.read_csv(HERE / "gemm_fp8.csv")
+    g = pd.read_csv(HERE / "gemm.csv")
+    bf16 = g[g.op == "fprop"][["hidden", "tp", "gemm", "m", "ms"]].rename(columns={"ms": "bf16"})
+    x = f.merge(bf16, on=["hidden", "tp", "gemm", "m"])
+    x = x[(x.m >= 4096) & (x.n >= 2048) & (x.k >= 2048)]
+    fast = (x.bf16 / x.ms)[x.fast_accum].median()
+    split = (x.bf16 / x.ms)[~x.fast_accum].median()
+    # Transformer Engine: forward with fast accumulation, both gradients split.
+    training = 3.0 / (1.0 / fast + 2.0 / split)
+    print(f"FP8 GEMMs (per-tensor scales, M >= 4096, N, K >= 2048): {fast:.2f}x bf16 with fast "
+          f"accumulation, {split:.2f}x without; a training step's mix {training:.2f}x; "
+          f"model fp8_gemm_speedup {constants.fp8_gemm_speedup:.3f}")
+
+
+def hbm_report(gpu, constants) -> None:
+    h = pd.read_csv(HERE / "hbm.csv")
+    e = pd.read_csv(HERE / "elementwise.csv")
+    rate = float(h.gb_per_s.iloc[0])
+    print(f"HBM copy {rate:.0f} GB/s = {rate / gpu.hbm_bandwidth_gb_per_s:.2f} of the datasheet "
+          f"{gpu.hbm_bandwidth_gb_per_s:g} (model hbm_efficiency {constants.hbm_efficiency:g}); "
+          "PyTorch non-GEMM kernels at 8K tokens: " + ", ".join(
+              f"{r.kernel} h{r.hidden} {r.fwd_gb_per_s / gpu.hbm_bandwidth_gb_per_s:.2f}"
+              for r in e.itertuples()))
+
+
+def worker_report() -> None:
+    t = pd.read_csv(HERE / "train_gpt3-1.3b_profile.csv")
+    print("training worker, gpt3 1.3b on one H100 (megatron-core 0.16.1 local spec, bf16):")
+    for r in t.itertuples():
+        print(f"  {r.plan:34s} step {r.step_time_s:.3f} s (predicted {r.predicted_step_time_s:.3f},"
+              f" {r.step_time_error_pct:+.0f}%), peak {r.peak_memory_gib:.1f} GiB "
+              f"(predicted {r.predicted_memory_gib:.1f}), measured rank {r.measured_rank} "
+              f"predicted {int(r.predicted_rank)}")
+    print("inference worker (megatron-core 0.16.1 static path, eager), input 512, output 64:")
+    for path in sorted(HERE.glob("infer_*_profile.csv")):
+        i = pd.read_csv(path)
+        for r in i.sort_values("batch").itertuples():
+            print(f"  {r.run_model:10s} batch {r.batch:3d}: TPOT {r.measured_tpot_ms:5.1f} ms "
+                  f"(predicted {r.predicted_tpot_ms:.1f}), TTFT {r.measured_ttft_ms:6.1f} ms "
+                  f"(predicted {r.predicted_ttft_ms:.1f})")
+
+
+def main() -> int:
+    gpu = get_gpu("h100-80gb")
+    constants = load_constants()
+    print(f"H100 measurements: {(HERE / 'README.md').relative_to(HERE.parent.parent)}\n")
+    for report in (lambda: gemm_report(gpu, constants), lambda: attention_report(gpu, constants),
+                   lambda: fp8_report(constants), lambda: hbm_report(gpu, constants),
+                   worker_report):
+        report()
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
