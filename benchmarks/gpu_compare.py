@@ -7,7 +7,8 @@ benchmarks/gpu/ (made by benchmarks/gpu/run_device.sh; see its README.md).
   ``step_time.gemm_time_s`` (its size factor, the per-kernel cost) against the
   720 measured weight GEMMs (forward, input and weight gradient);
 - fused attention: the efficiency ``step_time._flash_attention_times`` gives at
-  each measured length (with and without the per-tile cost) against cuDNN's;
+  each measured length (with and without the per-tile cost) against cuDNN's,
+  and under ring context parallelism (one rank's kernels);
 - FP8 GEMM speed-up measured against ``fp8_gemm_speedup``;
 - HBM copy bandwidth against ``hbm_efficiency``;
 - the profiling worker's measured steps (``autoconfig search --profile``) and
@@ -84,6 +85,22 @@ def attention_report(gpu, constants) -> None:
           f"{100 * np.abs(efficiency / combined - 1.0).mean():.1f}%)")
 
 
+def ring_report(gpu, constants) -> None:
+    r = pd.read_csv(HERE / "ring_attention.csv")
+    efficiency = constants.attention_efficiency_of(gpu)
+    tile, causal_keys = constants.attention_tile_costs(gpu)
+    keys = r.seq / 2.0
+    law = efficiency * keys / (keys + r.cp * tile + causal_keys)
+    print("ring context parallelism, one rank's attention kernels (no communication), "
+          "fraction of peak: measured / model")
+    print("  " + ", ".join(f"{row.seq // 1024}K cp{row.cp} {row.combined_fraction_of_989:.2f}/"
+                           f"{model:.2f}" for row, model in zip(r.itertuples(), law)))
+    big = r.chunk >= 4096
+    err = np.abs(law[big] / r.combined_fraction_of_989[big] - 1.0)
+    print(f"  chunks of 4K tokens or more: MAPE {100 * err.mean():.1f}%; smaller chunks run far "
+          "below (the PyTorch-launched cuDNN backward costs ~0.1-0.2 ms per step)")
+
+
 def fp8_report(constants) -> None:
     f = pd.read_csv(HERE / "gemm_fp8.csv")
     g = pd.read_csv(HERE / "gemm.csv")
@@ -132,6 +149,7 @@ def main() -> int:
     constants = load_constants()
     print(f"H100 measurements: {(HERE / 'README.md').relative_to(HERE.parent.parent)}\n")
     for report in (lambda: gemm_report(gpu, constants), lambda: attention_report(gpu, constants),
+                   lambda: ring_report(gpu, constants),
                    lambda: fp8_report(constants), lambda: hbm_report(gpu, constants),
                    worker_report):
         report()

@@ -265,13 +265,64 @@ def attention_rows(deadline: float) -> list[dict]:
     return rows
 
 
+def ring_attention_rows(deadline: float) -> list[dict]:
+    """One rank's attention kernels under ring context parallelism with
+    load-balanced chunks, as Transformer Engine runs them
+    (``AttnFuncWithCPAndKVP2P``): the rank holds chunks r and 2cp-1-r of c =
+    s/(2 cp) tokens; step 0 is a causal kernel over its own 2c tokens, each of the
+    cp-1 other steps a kernel without a mask, 2c queries by c keys or c queries by
+    2c keys (cuDNN, head dim 128, 8 heads: a TP slice). No communication: the
+    kernels' own time, forward and forward + backward, against the FLOPs they
+    execute (2 d h s^2 / cp per rank forward)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = []
+    d, heads = 128, 8
+    for s in (32768, 131072, 524288):
+        for cp in (1, 2, 4, 8, 16, 32):
+            c = s // (2 * cp)
+            if c < 512 or 2 * c > 65536 or time.monotonic() > deadline:
+                continue
+            q2, k2, v2 = (torch.randn(1, heads, 2 * c, d, device="cuda", dtype=torch.bfloat16,
+                                      requires_grad=True) for _ in range(3))
+            k1, v1 = (torch.randn(1, heads, c, d, device="cuda", dtype=torch.bfloat16,
+                                  requires_grad=True) for _ in range(2))
+            q1 = torch.randn(1, heads, c, d, device="cuda", dtype=torch.bfloat16,
+                             requires_grad=True)
+
+            def steps():
+                outs = [F.scaled_dot_product_attention(q2, k2, v2, is_causal=True)]
+                for i in range(1, cp):
+                    outs.append(F.scaled_dot_product_attention(q2, k1, v1) if i % 2
+                                else F.scaled_dot_product_attention(q1, k2, v2))
+                return outs
+
+            def forward_backward():
+                outs = steps()
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                fwd = _time_ms(steps)
+                both = _time_ms(forward_backward)
+            flops = 2.0 * d * heads * s * s / cp
+            bwd = max(both - fwd, 1e-6)
+            rows.append({"seq": s, "cp": cp, "chunk": c, "heads": heads, "head_dim": d,
+                         "fwd_ms": round(fwd, 4), "bwd_ms": round(bwd, 4),
+                         "combined_fraction_of_989": round(
+                             3.5 * flops / (fwd + bwd) / 1e9 / 989.4, 4)})
+            q1 = q2 = k1 = k2 = v1 = v2 = None
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=200.0)
     parser.add_argument("--only", default="hbm,attention,gemm,gemm_fp8",
                         help="comma-separated sections: hbm, attention, gemm, gemm_fp8, "
-                             "graph_gemm, elementwise")
+                             "graph_gemm, elementwise, ring_attention")
     args = parser.parse_args(argv)
     import torch
 
@@ -286,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     # Shares of the budget by value: attention (long context) and bf16 GEMMs first.
     plan = (("hbm", hbm_rows, None), ("attention", attention_rows, 0.3),
             ("gemm", gemm_rows, 0.4), ("gemm_fp8", fp8_rows, 0.25),
-            ("graph_gemm", graph_gemm_rows, 0.6), ("elementwise", elementwise_rows, 0.3))
+            ("graph_gemm", graph_gemm_rows, 0.6), ("elementwise", elementwise_rows, 0.3),
+            ("ring_attention", ring_attention_rows, 0.9))
     wanted = set(args.only.split(","))
     for name, fn, share in plan:
         if name not in wanted:

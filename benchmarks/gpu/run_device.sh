@@ -5,10 +5,12 @@
 # megatron-core==0.16.1 submitit==1.5.4).
 #   bash benchmarks/gpu/run_device.sh OUTDIR STAGE...
 # Stages (each time-limited; the first call ran "kernels train infer", the second
-# "kernels2 infer2"):
+# "kernels2 infer2", the third "kernels3"):
 #   kernels   benchmarks/gpu_kernels.py: HBM copy, bf16/FP8 GEMMs, fused attention
 #   kernels2  benchmarks/gpu_kernels.py: GEMMs eager vs CUDA-graph replay (launch
 #             cost apart, decode-sized M too), non-GEMM kernels
+#   kernels3  benchmarks/gpu_kernels.py: one rank's attention kernels under ring
+#             context parallelism (TE's load-balanced chunks), CP 1-32, 32K-512K tokens
 #   train     `autoconfig search --profile --device cuda` on gpt3 1.3b, one GPU, as a
 #             user runs it (real megatron-core steps of the top plans beside the
 #             predictions of what ran: no Transformer Engine, so unfused attention)
@@ -43,6 +45,9 @@ for stage in "$@"; do
     kernels2)
         timeout 120 python3 benchmarks/gpu_kernels.py --out "$work/kernels2" --budget-s 100 \
             --only hbm,graph_gemm,elementwise ;;
+    kernels3)
+        timeout 150 python3 benchmarks/gpu_kernels.py --out "$work/kernels3" --budget-s 120 \
+            --only ring_attention ;;
     train)
         (cd "$work" && timeout 200 python3 -m autoconfig search --model gpt3 --size 1.3b \
             --gpu h100 --gpus-per-node 1 --nodes 1 --gbs 16 --seq-len 2048 --no-fused-attention \
