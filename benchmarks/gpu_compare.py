@@ -55,7 +55,7 @@ def gemm_report(gpu, constants) -> None:
                                      constants.gemm_size_factor, 0.0),
                                     ("no size penalty, 3 us per kernel", 0.0, 3e-6)):
         predicted = gemm_time_s(flops, dims[:, 0], dims[:, 1], dims[:, 2], peak, 1.0, ridge,
-                                factor) + 0.0
+                                factor)
         efficiency = np.exp(np.mean(np.log((predicted) / (measured - kernel_s).clip(1e-7))))
         shaped = predicted / efficiency + kernel_s
         err = np.abs(shaped / measured - 1.0)
