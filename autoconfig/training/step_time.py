@@ -524,7 +524,7 @@ def _exposed_ep_comm(dispatch_combine_s, layers, rc_layers, layer_compute_s, ove
 
 def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,
                    c: PerfConstants, sw: SoftwareFeatures, kind: str = "dense",
-                   cluster: Cluster | None = None) -> dict:
+                   cluster: Cluster | None = None, causal: bool = True) -> dict:
     """Forward seconds of one micro-batch on one GPU: a whole layer, its attention
     core (and that core's backward), its s^2 score traffic (unfused attention
     only) and the output layer.
@@ -534,6 +534,8 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     (``_flash_attention_times``); non-GEMM kernels at HBM speed on the
     Korthikanti activation bytes. ``kind`` ``moe``: the MLP is the MoE block
     (``_moe_block_times``: router, experts, shared experts, token traffic).
+    ``causal`` False: attention without a mask (an encoder's), every key for
+    every query.
     """
     t, cp, b = plans.tp.astype(float), plans.cp.astype(float), plans.mbs.astype(float)
     ffn = 0 if kind == "moe" else model.ffn_hidden_size
@@ -557,7 +559,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     if sw.flash_attention:
         attn, attn_bwd = _flash_attention_times(model, s, tokens, t, peak,
                                                 c.attention_efficiency_of(gpu, sw.attention_kernel),
-                                                cp, *c.attention_tile_costs(gpu))
+                                                cp, *c.attention_tile_costs(gpu), causal=causal)
     else:
         # Unfused attention: two batched GEMMs per head, (s/cp) x d by d x s, over the
         # whole score matrix, at GEMM efficiency with the 1/K (= 1/d) traffic term
@@ -604,19 +606,11 @@ def _encoder_decoder_times(model: ModelSpec, workload: Workload, plans: PlanTabl
 
     An encoder layer is a dense layer over the encoder's ``seq_len`` tokens
     whose attention is bidirectional: a fused kernel computes the whole score
-    matrix, twice the causal half ``_flash_attention_times`` counts. A decoder
+    matrix (``_flash_attention_times`` without the causal mask). A decoder
     layer is a dense layer over the decoder's tokens plus its cross-attention
     (``_cross_attention_times``)."""
     b = plans.mbs.astype(float)
-    encoder = dict(_forward_times(model, workload, plans, gpu, c, sw))
-    if sw.flash_attention:
-        whole, whole_bwd = _flash_attention_times(
-            model, float(workload.seq_len), b * workload.seq_len / plans.cp.astype(float),
-            plans.tp.astype(float), gpu.peak_bf16_tflops * 1e12,
-            c.attention_efficiency_of(gpu, sw.attention_kernel), plans.cp.astype(float),
-            *c.attention_tile_costs(gpu), causal=False)
-        encoder["layer"] = encoder["layer"] - encoder["attention"] + whole
-        encoder["attention"], encoder["attention_backward"] = whole, whole_bwd
+    encoder = dict(_forward_times(model, workload, plans, gpu, c, sw, causal=False))
     encoder["tokens"] = b * workload.seq_len
     decoder_workload = replace(workload, seq_len=model.decoder_seq_len)
     decoder = dict(_forward_times(model, decoder_workload, plans, gpu, c, sw))
