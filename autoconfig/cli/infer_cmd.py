@@ -79,6 +79,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               default=engines.DEFAULT_ENGINE, show_default=True,
               help="Serving engine (heuristics/engines/*.yaml): its batching, KV cache, "
                    "all-reduce and per-step costs.")
+@click.option("--decode-steps", type=int, default=None,
+              help="In-flight engines: decode steps run per scheduler call (vLLM "
+                   "--num-scheduler-steps, SGLang --num-continuous-decode-steps; default the "
+                   "engine's, 1): the scheduler's host time is paid once per run, and new "
+                   "requests wait for the run to end.")
 @click.option("--batching", type=click.Choice(MODES), default=None,
               help="static: each batch served together start to end; continuous: requests "
                    "join and leave every step, steady state at a concurrency (default: the "
@@ -137,7 +142,8 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
           gpus_per_node, input_len, output_len, input_len_std, output_len_std, dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
-          min_throughput, precision, objective, engine_name, batching, batch, concurrency,
+          min_throughput, precision, objective, engine_name, decode_steps, batching, batch,
+          concurrency,
           request_rate, disaggregated, tp,
           pp, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
@@ -171,8 +177,12 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
     workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
-    engine = engines.get_engine(engine_name)
+    engine = engines.with_decode_steps(engines.get_engine(engine_name), decode_steps)
     engines.check_precision(engine, precision)
+    if engine.decode_steps > 1 and (batching == "static" or batch):
+        raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "
+                         "is a scheduler setting of continuous batching, not of static batches "
+                         "(--batch, --batching static)")
     if batch and concurrency:
         raise InputError("give either --batch (static batches) or --concurrency (continuous "
                          "batching), not both")

@@ -8,11 +8,14 @@ The latency model asks "does this engine launch through CUDA graphs?", never
 "which engine is this?"; users pick one with ``infer --engine``.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from autoconfig.errors import CatalogError, InputError
+import numpy as np
+
+from autoconfig.errors import CatalogError, InputError, shown
 from autoconfig.paths import heuristics_dir
 from autoconfig.yamlio import load_yaml, sourced_field
 
@@ -22,6 +25,8 @@ DEFAULT_REASON = ("NVIDIA's production serving engine (in-flight batching, paged
                   "FasterTransformer, the seed tool's engine, is its deprecated predecessor")
 """Why the default is what it is (printed beside every answer)."""
 BATCHING = ("static", "continuous")
+MAX_DECODE_STEPS = 256
+"""Largest --decode-steps asked (SGLang's docs show runs at 256)."""
 KV_CACHES = ("contiguous", "paged")
 
 
@@ -54,7 +59,15 @@ class Engine:
     max_custom_tp: int
     step_overhead_s: float
     """Host time per engine step that the GPU waits for (scheduling, sampling,
-    input preparation); 0 where the engine overlaps it with the previous step."""
+    input preparation); 0 where the engine overlaps it with the previous step.
+    With ``decode_steps`` > 1 a run of decode steps pays it once."""
+    decode_steps: int
+    """Decode steps the engine runs back to back per scheduler call (vLLM's
+    multi-step scheduling, SGLang's continuous decode steps): the scheduler's
+    host time is paid once per run, and a request that arrives (or a slot that
+    frees) mid-run waits for the run to end before it is prefilled."""
+    decode_steps_option: str | None
+    """The engine's option that sets ``decode_steps`` (None: it has none)."""
     kernel_launch_s: float
     """Host cost of one kernel launch on the path this engine uses (graph replay
     or eager launches)."""
@@ -135,6 +148,8 @@ def _load(path_text: str) -> Engine:
     tokens = _value(data, "max_batched_tokens", path, src, (int,), optional=True)
     seqs = _value(data, "max_num_seqs", path, src, (int,), optional=True)
     step = _value(data, "step_overhead_s", path, src, num, optional=True)
+    decode_steps = _value(data, "decode_steps", path, src, (int,))
+    decode_option = _value(data, "decode_steps_option", path, src, (str,), optional=True)
     quant = _value(data, "quantisations", path, src, (list,))
     engine = Engine(
         name=str(data.get("name") or path.stem),
@@ -157,6 +172,8 @@ def _load(path_text: str) -> Engine:
         max_custom_tp=int(_value(allreduce, "max_custom_tp", path, src, (int,), optional=True)
                           or 1),
         step_overhead_s=float(step or 0.0),
+        decode_steps=int(decode_steps),
+        decode_steps_option=decode_option,
         kernel_launch_s=_launch_s(launch, graphs, path),
         kernels_per_layer=int(_value(data, "kernels_per_layer", path, src, (int,))),
         attention_kernel=str(_value(data, "attention_kernel", path, src, (str,))),
@@ -172,7 +189,25 @@ def _load(path_text: str) -> Engine:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
     if not 0 < engine.decode_attention_hbm_efficiency <= 1:
         raise CatalogError(f"{path}: decode_attention_hbm_efficiency must be in (0, 1]")
+    if engine.decode_steps < 1 or (engine.decode_steps > 1 and not engine.decode_steps_option):
+        raise CatalogError(f"{path}: decode_steps must be 1, or more with a decode_steps_option")
     return engine
+
+
+def with_decode_steps(engine: Engine, steps: int | None) -> Engine:
+    """``engine`` run with ``steps`` decode steps per scheduler call (None: its
+    default); one-line InputError where the engine has no such option."""
+    if steps is None or steps == engine.decode_steps:
+        return engine
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) \
+            or not 1 <= steps <= MAX_DECODE_STEPS:
+        raise InputError(f"invalid --decode-steps {shown(steps)}: must be an integer from 1 "
+                         f"to {MAX_DECODE_STEPS}")
+    if not engine.decode_steps_option:
+        able = ", ".join(n for n in names() if get_engine(n).decode_steps_option)
+        raise InputError(f"invalid --decode-steps {steps}: engine {engine.name} runs one decode "
+                         f"step per scheduler call; engines with multi-step decoding: {able}")
+    return dataclasses.replace(engine, decode_steps=int(steps))
 
 
 def get_engine(name: str | None) -> Engine:

@@ -157,7 +157,7 @@ class _Clock:
 def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: int,
              kv_capacity_tokens: float, budget_tokens: int | None, chunked: bool,
              reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
-             clock: "_Clock | None" = None) -> Schedule:
+             clock: "_Clock | None" = None, decode_steps: int = 1) -> Schedule:
     """Which requests every engine step runs (module doc). ``budget_tokens``: the
     tokens one step may process, decodes included (None: no cap); ``chunked``:
     prompts are split to fill it, else whole prompts go while they fit (at least
@@ -171,7 +171,12 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     which step admits them depends on time, kept by ``clock`` (``_Clock``):
     decode runs stop at the next arrival, and an idle engine waits for it. Each
     segment keeps the latest send time of what it admits (``not_before_s``), so
-    the exact timing afterwards never starts work before its request was sent."""
+    the exact timing afterwards never starts work before its request was sent.
+
+    ``decode_steps``: decode steps run in whole runs of this many (multi-step
+    scheduling, ``Engine.decode_steps``): the scheduler only acts between runs,
+    so an arrival or a freed slot waits for the run to end, and a request that
+    finishes mid-run keeps its slot (and its share of the compute) until then."""
     timed = arrivals_s is not None
     n = len(inputs)
     sent_after = np.full(n, -1, dtype=np.int64)
@@ -247,13 +252,16 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             context += 1.0
         else:
             steps = int(left.min())
-            if not reserve_output:              # stop where the cache would overflow
-                steps = max(1, min(steps, int((kv_capacity_tokens - reserved) // len(ids))))
             if timed:
                 one = clock.step_s(len(ids), 0)
                 if next_sent < n:               # stop at the next arrival
                     wait = arrivals_s[next_sent] - clock.now
                     steps = max(1, min(steps, int(np.ceil(wait / one))))
+            if decode_steps > 1:                # the scheduler acts between whole runs
+                steps = decode_steps * int(np.ceil(steps / decode_steps))
+            if not reserve_output:              # stop where the cache would overflow
+                steps = max(1, min(steps, int((kv_capacity_tokens - reserved) // len(ids))))
+            if timed:
                 clock.advance(steps * one)
             seg = segments.add(steps, len(ids), float(context.sum() / len(ids) + steps / 2.0),
                                0, 0.0, len(ids))
@@ -388,7 +396,7 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                            seconds)
         plan = schedule(inputs, outputs, share.clients or share.requests, int(one.batch[0]),
                         float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
-                        engine.kv_reserves_output, arrivals, clock)
+                        engine.kv_reserves_output, arrivals, clock, engine.decode_steps)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs)
@@ -407,7 +415,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
 def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, decode_context,
                  prefill_tokens, prefill_context, logits_rows) -> np.ndarray:
     """Seconds of engine steps of one plan (``one``) with these loads (arrays of a
-    replica's step): every pipeline stage in turn, plus the engine's host cost."""
+    replica's step): every pipeline stage in turn, plus the engine's host cost
+    (a run of ``Engine.decode_steps`` decode steps pays it once)."""
     from autoconfig.inference.latency import StepLoad, stage_seconds
 
     pp = float(one.pp[0])
@@ -416,7 +425,15 @@ def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, 
         decode_seqs=row(decode_seqs) / pp, decode_context=row(decode_context),
         prefill_tokens=row(prefill_tokens) / pp, prefill_context=row(prefill_context),
         logits_rows=row(logits_rows) / pp))
-    return pp * stage[0] + engine.step_overhead_s
+    return pp * stage[0] + host_step_s(engine, np.asarray(prefill_tokens, dtype=float))
+
+
+def host_step_s(engine, prefill_tokens):
+    """The engine's host time per step: a step that prefills pays the scheduler's
+    whole ``step_overhead_s``; decode-only steps run ``decode_steps`` to one
+    scheduler call (vLLM RFC #6854: the ~4 ms host bubble is paid once per run)."""
+    return np.where(np.asarray(prefill_tokens) > 0, engine.step_overhead_s,
+                    engine.step_overhead_s / engine.decode_steps)
 
 
 def step_estimator(seconds, max_seqs: int, max_context: float, max_prefill_tokens: int,

@@ -64,11 +64,13 @@ decode tokens it prefills ``C s_in / s_out`` prompt tokens (Agrawal et al.
 2024, Sarathi-Serve: chunked prefills piggybacked on decodes). With ``pp``
 stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight:
 
-    TPOT = pp * t_stage(C/pp decodes + their prompt share) + overhead
-    TTFT = TPOT / 2 + chunks * (pp * t_stage(decodes + one prompt chunk) + overhead)
+    TPOT = pp * t_stage(C/pp decodes + their prompt share) + overhead / k
+    TTFT = k * TPOT / 2 + chunks * (pp * t_stage(decodes + one prompt chunk) + overhead)
 
-(half a step waiting for the next step to start, then the prompt in chunks of
-the step's token budget, or whole where the engine does not chunk).
+(half a run of ``k`` decode steps waiting for the scheduler, ``k =
+Engine.decode_steps``, 1 unless multi-step scheduling is asked: then the host
+overhead is paid once per run; then the prompt in chunks of the step's token
+budget, or whole where the engine does not chunk).
 """
 
 from dataclasses import dataclass
@@ -314,7 +316,7 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context, prefill_tokens=prompt_share,
         prefill_context=s_in / 2.0, logits_rows=running))
-    tpot = pp * step + overhead
+    tpot = pp * step + overhead / engine.decode_steps
     budget = engine.max_batched_tokens if engine.chunked_prefill and \
         engine.max_batched_tokens else None
     chunk = np.full_like(running, float(s_in)) if budget is None else \
@@ -322,7 +324,10 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context, prefill_tokens=chunk,
         prefill_context=s_in / 2.0, logits_rows=running + 1.0))
-    ttft = tpot / 2.0 + np.ceil(s_in / chunk) * (pp * chunk_step + overhead)
+    # An arrival waits for the decode run under way (half of it on average:
+    # one step, or a whole multi-step run of ``decode_steps``), then its chunks.
+    ttft = engine.decode_steps * tpot / 2.0 + np.ceil(s_in / chunk) * (pp * chunk_step
+                                                                        + overhead)
     ones = np.ones(len(plans))
     ttft, tpot = ttft[:, 0], tpot[:, 0]
     return InferenceLatency(

@@ -41,7 +41,7 @@ COLUMNS = ("point_id", "source_id", "model", "gpu", "tp", "pp", "batch", "input_
 OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "tpot_ms",
             "latency_ms", "throughput_tokens_per_s", "throughput_samples_per_s",
             "limit_ttft_ms", "limit_tpot_ms", "statistic", "num_requests", "clients",
-            "input_len_std_tokens", "output_len_std_tokens")
+            "input_len_std_tokens", "output_len_std_tokens", "decode_steps")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -105,7 +105,9 @@ def ask(row) -> pd.Series:
     on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
-    engine = engines.get_engine(str(row.engine))
+    steps = optional_float(row.decode_steps)
+    engine = engines.with_decode_steps(engines.get_engine(str(row.engine)),
+                                       None if steps is None else int(steps))
     tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]

@@ -78,6 +78,9 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
                 "engine's cap on running sequences per replica, times are means over the "
                 "job's requests (p99: their 99th percentile; the csv and json add the "
                 "medians), throughput over its whole duration")
+    if e.decode_steps > 1:
+        what += (f"; {e.decode_steps} decode steps per scheduler call "
+                 f"({e.decode_steps_option} {e.decode_steps})")
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
@@ -129,6 +132,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "job_request_rate_per_s": result.job.rate_per_s if result.job is not None else None,
             "precision": result.workload.precision, "objective": result.objective,
             "engine": result.engine.name if result.engine else None,
+            "decode_steps": result.engine.decode_steps if result.engine else None,
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}
