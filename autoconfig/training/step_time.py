@@ -738,6 +738,12 @@ def _routed_copy_bytes(model: ModelSpec, fp8: bool, etp) -> float:
       and up, 2F for GeLU) and write its output (2F), F = expert FFN / etp;
     * FP8: cast the copy (read 2h, write h) and the activation output (read 2F,
       write F) for the expert GEMMs.
+
+    Counted for every dispatcher, although HybridEP writes the copies
+    expert-major itself (megatron-core 0.16 ``_HybridEPManager``: no permute)
+    and the alltoall dispatcher adds ``sort_chunks_by_idxs`` passes: counting
+    0, 1 or 2 passes by dispatcher raised the refit MoE MAPE (S18 6.1% -> 8.1%,
+    S19 9.9% -> 11.4%), so these bytes stand for HybridEP's own HBM traffic too.
     """
     h = model.hidden_size
     f = model.moe_ffn_hidden_size / np.asarray(etp, dtype=float)
