@@ -91,6 +91,12 @@ class Engine:
     def paged(self) -> bool:
         return self.kv_cache == "paged"
 
+    @property
+    def decode_step_overhead_s(self) -> float:
+        """Host time per decode-only step: a run of ``decode_steps`` shares one
+        scheduler call (vLLM RFC #6854: the ~4 ms host bubble paid once per run)."""
+        return self.step_overhead_s / self.decode_steps
+
 
 def engines_dir() -> Path:
     return heuristics_dir() / "engines"

@@ -430,10 +430,10 @@ def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, 
 
 def host_step_s(engine, prefill_tokens):
     """The engine's host time per step: a step that prefills pays the scheduler's
-    whole ``step_overhead_s``; decode-only steps run ``decode_steps`` to one
-    scheduler call (vLLM RFC #6854: the ~4 ms host bubble is paid once per run)."""
+    whole ``step_overhead_s``, a decode-only step its share of a run
+    (``Engine.decode_step_overhead_s``)."""
     return np.where(np.asarray(prefill_tokens) > 0, engine.step_overhead_s,
-                    engine.step_overhead_s / engine.decode_steps)
+                    engine.decode_step_overhead_s)
 
 
 def step_estimator(seconds, max_seqs: int, max_context: float, max_prefill_tokens: int,

@@ -316,7 +316,7 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context, prefill_tokens=prompt_share,
         prefill_context=s_in / 2.0, logits_rows=running))
-    tpot = pp * step + overhead / engine.decode_steps
+    tpot = pp * step + engine.decode_step_overhead_s
     budget = engine.max_batched_tokens if engine.chunked_prefill and \
         engine.max_batched_tokens else None
     chunk = np.full_like(running, float(s_in)) if budget is None else \
