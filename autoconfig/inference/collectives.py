@@ -35,6 +35,12 @@ def sync_latency_s() -> float:
     return float(heuristic("inference", "allreduce_sync_s").value)
 
 
+@lru_cache(maxsize=None)
+def kernel_gpu_floor_s() -> float:
+    """Least GPU time of any kernel (``autoconfig.inference.latency``'s kernel floor)."""
+    return float(heuristic("inference", "kernel_gpu_floor_s").value)
+
+
 def one_shot_s(nbytes, n, link_bytes_per_s, sync_s):
     n = np.asarray(n, dtype=float)
     return np.where(n > 1, 2.0 * sync_s + (n - 1.0) * nbytes / link_bytes_per_s, 0.0)

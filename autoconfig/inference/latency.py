@@ -7,6 +7,7 @@ stage:
 
     t_stage = max(t_gpu, kernels * t_launch)
     t_gpu   = GEMM kernels + attention kernels + tp_comm + p2p (+ MoE dispatch)
+              + kernel floor
 
 Kernels run one after another, each bound by its own compute or memory traffic
 (a roofline per kernel, Williams et al. 2009), and the step is their sum:
@@ -40,6 +41,14 @@ Kernels run one after another, each bound by its own compute or memory traffic
   eager launches, or CUDA-graph replay). Launches are asynchronous, hence the
   max: a small model at batch 1 is launch-bound whatever its FLOPs, a large one
   never is. This is the per-step cost that does not shrink with the model.
+- kernel floor: no kernel runs shorter than ``kernel_gpu_floor_s`` of GPU time
+  (heuristics/inference.yaml, measured under CUDA-graph replay: start, the
+  first wave's memory latency, the tail), so each layer's small kernels
+  (norms, rotary, activation, KV append, attention at small batch, GEMMs
+  whose weights stream in less) take the floor instead of their rooflines
+  (``_kernel_floor_excess_s``). Unlike the launch floor this is GPU time: CUDA
+  graphs do not remove it, and a small model at small batch spends most of
+  its step on it.
 - the engine's host ``step_overhead_s`` (scheduling, sampling, input
   preparation) is added once per engine step, outside the stages.
 
@@ -82,7 +91,7 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
                                    attention_weight_params, layer_matmul_flops_per_token,
                                    logits_flops_per_token)
-from autoconfig.inference.collectives import tp_allreduce_s
+from autoconfig.inference.collectives import kernel_gpu_floor_s, tp_allreduce_s
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
@@ -122,15 +131,23 @@ class StepLoad:
     logits_rows: object
 
 
-def _gemms_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer) -> tuple:
-    """(weight GEMMs of one layer, of one MoE layer or None): decode tokens at M =
-    infinity, prompt tokens at M = the step's tokens (module doc)."""
+def _both_phases(timer, decode_tokens, prefill_tokens):
+    """GEMM time of a step's decode tokens (M = infinity: their weight stream is
+    the memory side) plus its prompt tokens (M = the step's tokens), as a
+    function of (FLOPs per token, N, K)."""
     height = np.where(prefill_tokens > 0, np.maximum(decode_tokens + prefill_tokens, 1.0),
                       np.inf)
 
     def both(flops, n, k):
         return timer(flops * decode_tokens, np.inf, n, k) + \
             timer(flops * prefill_tokens, height, n, k)
+    return both
+
+
+def _gemms_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer) -> tuple:
+    """(weight GEMMs of one layer, of one MoE layer or None): decode tokens at M =
+    infinity, prompt tokens at M = the step's tokens (module doc)."""
+    both = _both_phases(timer, decode_tokens, prefill_tokens)
     dense = sum(both(flops, n, k) for flops, n, k, _ in _layer_gemms(model, tp))
     if not model.is_moe:
         return dense, None
@@ -197,9 +214,42 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
-    gpu_s = gemms + attention + tp_comm + p2p + ep_comm
+    floor = _kernel_floor_excess_s(model, tp, n_d, n_p, timer, speedup,
+                                   nbytes / (hbm * c.hbm_efficiency), engine.kernels_per_layer)
+    gpu_s = gemms + attention + tp_comm + p2p + ep_comm + layers * floor
     launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
+
+
+def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer,
+                           speedup: float, seconds_per_weight: float, kernels_per_layer: int):
+    """Seconds one layer's kernels spend beyond their rooflines because none
+    runs shorter than ``kernel_gpu_floor_s`` (heuristics/inference.yaml): each
+    kernel's time is max(roofline, floor), so a weight GEMM adds ``floor - its
+    time`` where it is shorter, and every other kernel of the layer (norms,
+    rotary, activation, KV append, attention: ``kernels_per_layer`` less the
+    GEMMs and the two all-reduces, whose own synchronisation is priced by the
+    collectives) adds the floor. At decode of a small batch these kernels move
+    a few KB to MB and their rooflines are well under a microsecond, so the
+    floor is their time; at large batch or in prefill the GEMMs exceed it and
+    add nothing. An MoE layer counts its attention GEMMs; its router and
+    expert kernels are among the others (grouped expert GEMMs that stream
+    large weights exceed the floor, which this ignores, a bias of at most one
+    floor per layer)."""
+    floor = kernel_gpu_floor_s()
+    both = _both_phases(timer, decode_tokens, prefill_tokens)
+
+    def excess(gemms) -> object:
+        short = sum(np.maximum(0.0, floor - np.maximum(both(flops, n, k) / speedup,
+                                                       n * k * seconds_per_weight))
+                    for flops, n, k, _ in gemms)
+        others = max(kernels_per_layer - len(gemms) - ALLREDUCES_PER_LAYER, 0)
+        return short + others * floor
+    dense = excess(_layer_gemms(model, tp))
+    if not model.is_moe:
+        return dense
+    share = model.layers_of("moe") / model.num_layers
+    return (1.0 - share) * dense + share * excess(_layer_gemms(model, tp, 0))
 
 
 def _moe_flops_per_token(model: ModelSpec) -> float:
