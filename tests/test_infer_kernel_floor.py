@@ -66,3 +66,33 @@ def test_the_floor_hides_under_eager_host_launches(monkeypatch) -> None:
     assert with_floor == pytest.approx(launches_ms)
     assert tpot_ms(model, plan, FT, "static", monkeypatch, floor_s=0.0) == pytest.approx(
         launches_ms)
+
+
+@pytest.mark.parametrize("value, message", [("-3.0e-6", "must be seconds >= 0"),
+                                            ("fast", "is not a number")])
+def test_a_bad_floor_is_a_one_line_catalog_error(tmp_path, monkeypatch, value, message) -> None:
+    import shutil
+
+    from autoconfig import heuristics
+    from autoconfig.errors import CatalogError
+    from autoconfig.paths import data_root
+    from autoconfig.inference import collectives
+
+    for folder in ("configs", "heuristics"):
+        shutil.copytree(data_root() / folder, tmp_path / folder)
+    path = tmp_path / "heuristics" / "inference.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("kernel_gpu_floor_s:\n  value: 3.0e-6",
+                                 f"kernel_gpu_floor_s:\n  value: {value}"))
+    assert path.read_text() != text
+    monkeypatch.setenv("AUTOCONFIG_HOME", str(tmp_path))
+    heuristics.load_heuristics.cache_clear()
+    collectives.kernel_gpu_floor_s.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match=message) as caught:
+            collectives.kernel_gpu_floor_s()
+        assert "inference.yaml" in str(caught.value) and "\n" not in str(caught.value)
+    finally:
+        monkeypatch.delenv("AUTOCONFIG_HOME")
+        heuristics.load_heuristics.cache_clear()
+        collectives.kernel_gpu_floor_s.cache_clear()

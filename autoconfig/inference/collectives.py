@@ -27,18 +27,29 @@ from functools import lru_cache
 import numpy as np
 
 from autoconfig.core.comm import ring_allreduce_s
-from autoconfig.heuristics import heuristic
+from autoconfig.errors import CatalogError
+from autoconfig.heuristics import heuristics_path, load_heuristics, sourced_number
+
+
+def _seconds(key: str) -> float:
+    """A duration of heuristics/inference.yaml: a number >= 0 (CatalogError naming
+    the file and field otherwise)."""
+    where = str(heuristics_path("inference"))
+    value = float(sourced_number(load_heuristics("inference"), key, where).value)
+    if not value >= 0.0:
+        raise CatalogError(f"{where}: field {key!r} value {value!r} must be seconds >= 0")
+    return value
 
 
 @lru_cache(maxsize=None)
 def sync_latency_s() -> float:
-    return float(heuristic("inference", "allreduce_sync_s").value)
+    return _seconds("allreduce_sync_s")
 
 
 @lru_cache(maxsize=None)
 def kernel_gpu_floor_s() -> float:
     """Least GPU time of any kernel (``autoconfig.inference.latency``'s kernel floor)."""
-    return float(heuristic("inference", "kernel_gpu_floor_s").value)
+    return _seconds("kernel_gpu_floor_s")
 
 
 def one_shot_s(nbytes, n, link_bytes_per_s, sync_s):
