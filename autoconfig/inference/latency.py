@@ -236,10 +236,12 @@ def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, 
     collectives) adds the floor. At decode of a small batch these kernels move
     a few KB to MB and their rooflines are well under a microsecond, so the
     floor is their time; at large batch or in prefill the GEMMs exceed it and
-    add nothing. An MoE layer counts its attention GEMMs; its router and
-    expert kernels are among the others (grouped expert GEMMs that stream
-    large weights exceed the floor, which this ignores, a bias of at most one
-    floor per layer)."""
+    add nothing. An MoE layer counts its attention GEMMs and charges the
+    floor for the rest of its engine's per-layer kernels, among them the two
+    grouped expert GEMMs, which stream large weights and exceed it (two floors
+    too many), while the router, top-k, permutation and combine kernels an
+    MoE block adds are not counted (kernels_per_layer counts a dense layer):
+    the two errors offset in part."""
     floor = kernel_gpu_floor_s()
     both = _both_phases(timer, decode_tokens, prefill_tokens)
 
