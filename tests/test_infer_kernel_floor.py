@@ -96,3 +96,23 @@ def test_a_bad_floor_is_a_one_line_catalog_error(tmp_path, monkeypatch, value, m
         monkeypatch.delenv("AUTOCONFIG_HOME")
         heuristics.load_heuristics.cache_clear()
         collectives.kernel_gpu_floor_s.cache_clear()
+
+
+def test_an_moe_layer_pays_the_floor_for_its_router_top_k_alignment_and_sum(monkeypatch) -> None:
+    """Mixtral 8x7B at batch 1 on TP 8: every MoE layer adds the dense layer's small
+    kernels plus moe_block_extra_kernels more at the floor (its grouped expert
+    GEMMs stream far more than the floor's worth of weights)."""
+    from autoconfig.inference.collectives import moe_block_extra_kernels
+
+    model = get_model("mixtral-8x7b")
+    assert model.is_moe and not model.moe_shared_expert_ffn_hidden_size
+    plan = InferencePlan(8, 1, 1)
+    added_s = (tpot_ms(model, plan, VLLM, "static", monkeypatch)
+               - tpot_ms(model, plan, VLLM, "static", monkeypatch, floor_s=0.0)) / 1e3
+    small = VLLM.kernels_per_layer - latency_module.COUNTED_GEMMS \
+        - latency_module.ALLREDUCES_PER_LAYER
+    per_layer = (small + moe_block_extra_kernels()) * kernel_gpu_floor_s()
+    assert moe_block_extra_kernels() == 4
+    # at most the two attention GEMMs are shorter than the floor on top
+    assert model.num_layers * per_layer * (1 - 1e-9) <= added_s
+    assert added_s <= model.num_layers * (per_layer + 2 * kernel_gpu_floor_s()) * (1 + 1e-9)

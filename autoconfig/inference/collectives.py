@@ -52,6 +52,17 @@ def kernel_gpu_floor_s() -> float:
     return _seconds("kernel_gpu_floor_s")
 
 
+@lru_cache(maxsize=None)
+def moe_block_extra_kernels() -> int:
+    """Small kernels an MoE block launches beyond a dense MLP's (the kernel floor's count)."""
+    where = str(heuristics_path("inference"))
+    value = sourced_number(load_heuristics("inference"), "moe_block_extra_kernels", where).value
+    if isinstance(value, bool) or value != int(value) or value < 0:
+        raise CatalogError(f"{where}: field 'moe_block_extra_kernels' value {value!r} must be "
+                           "a whole number >= 0")
+    return int(value)
+
+
 def one_shot_s(nbytes, n, link_bytes_per_s, sync_s):
     n = np.asarray(n, dtype=float)
     return np.where(n > 1, 2.0 * sync_s + (n - 1.0) * nbytes / link_bytes_per_s, 0.0)

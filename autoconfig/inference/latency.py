@@ -95,7 +95,8 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
                                    attention_weight_params, layer_matmul_flops_per_token,
                                    logits_flops_per_token)
-from autoconfig.inference.collectives import kernel_gpu_floor_s, tp_allreduce_s
+from autoconfig.inference.collectives import (kernel_gpu_floor_s, moe_block_extra_kernels,
+                                              tp_allreduce_s)
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
@@ -107,6 +108,9 @@ ALLREDUCES_PER_LAYER = 2
 """Forward of a Megatron layer: one after the attention output projection, one
 after the MLP down projection (Shoeybi et al. 2019, Sec. 3, the g operator)."""
 MODES = ("static", "continuous")
+COUNTED_GEMMS = 4
+"""Weight GEMMs among an engine's ``kernels_per_layer`` (QKV, output projection,
+MLP up and down, as each engine file counts them for a dense layer)."""
 
 
 @dataclass(frozen=True)
@@ -236,26 +240,28 @@ def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, 
     collectives) adds the floor. At decode of a small batch these kernels move
     a few KB to MB and their rooflines are well under a microsecond, so the
     floor is their time; at large batch or in prefill the GEMMs exceed it and
-    add nothing. An MoE layer counts its attention GEMMs and charges the
-    floor for the rest of its engine's per-layer kernels, among them the two
-    grouped expert GEMMs, which stream large weights and exceed it (two floors
-    too many), while the router, top-k, permutation and combine kernels an
-    MoE block adds are not counted (kernels_per_layer counts a dense layer):
-    the two errors offset in part."""
+    add nothing. An MoE layer runs ``moe_block_extra_kernels`` more small
+    kernels than a dense one (router GEMM, top-k, token alignment and the
+    weighted sum beside the experts' activation) and its shared experts' GEMMs
+    and activation; its two grouped expert GEMMs stream many experts' weights
+    and exceed the floor."""
     floor = kernel_gpu_floor_s()
     both = _both_phases(timer, decode_tokens, prefill_tokens)
+    small = max(kernels_per_layer - COUNTED_GEMMS - ALLREDUCES_PER_LAYER, 0)
 
-    def excess(gemms) -> object:
+    def excess(gemms, others: int) -> object:
         short = sum(np.maximum(0.0, floor - np.maximum(both(flops, n, k) / speedup,
                                                        n * k * seconds_per_weight))
                     for flops, n, k, _ in gemms)
-        others = max(kernels_per_layer - len(gemms) - ALLREDUCES_PER_LAYER, 0)
         return short + others * floor
-    dense = excess(_layer_gemms(model, tp))
+    dense = excess(_layer_gemms(model, tp), small)
     if not model.is_moe:
         return dense
+    shared = model.moe_shared_expert_ffn_hidden_size or 0
+    moe = excess(_layer_gemms(model, tp, shared),
+                 small + moe_block_extra_kernels() + (1 if shared else 0))
     share = model.layers_of("moe") / model.num_layers
-    return (1.0 - share) * dense + share * excess(_layer_gemms(model, tp, 0))
+    return (1.0 - share) * dense + share * moe
 
 
 def _moe_flops_per_token(model: ModelSpec) -> float:
