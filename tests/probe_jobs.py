@@ -5,6 +5,7 @@ does not have tests/ on its path) can run it.
 """
 
 import os
+import signal
 import time
 
 import cloudpickle
@@ -14,8 +15,12 @@ from autoconfig.profiling.launch import _watch_time_limit
 
 def probe_job(kind: str, seconds: float = 0.0, value: float = 1.0) -> dict | None:
     """``ok`` returns a record, ``raise`` raises, ``sleep`` sleeps ``seconds``
-    then returns; ranks other than 0 return None."""
+    then returns, ``unhandled`` sleeps with USR2's default action restored (a
+    job whose time-limit warning comes before any handler is installed); ranks
+    other than 0 return None."""
     _watch_time_limit()
+    if kind == "unhandled":
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
     if kind == "raise":
         raise RuntimeError(f"probe job asked to fail (value={value})")
     if seconds:

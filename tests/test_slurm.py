@@ -46,11 +46,12 @@ def _status(records):
 def test_ok_error_and_timeout_are_recorded(slurm, tmp_path):
     a, b, c = Plan(tp=1, pp=1, dp=1), Plan(tp=2, pp=1, dp=1), Plan(tp=1, pp=1, dp=2)
     items = _items((a, 1, ("ok", 0.0, 2.0)), (b, 2, ("raise",)), (c, 2, ("sleep", 300.0)))
-    # A quick time-out: a 1 min limit with a 50 s warning delay, so SLURM warns
-    # (USR2) at its first 30 s check after 10 s and submitit reports "timed-out".
-    # (A delay >= the limit would signal at once, possibly before Python has
-    # installed submitit's handler, which kills every job of the test.)
-    opts = LaunchOptions(executor="slurm", gpus_per_node=2, time_limit_min=1, signal_delay_s=50,
+    # A quick time-out: a 2 min limit with a 75 s warning delay, so SLURM warns
+    # (USR2) at its first 30 s check after 45 s and submitit reports "timed-out".
+    # The 45 s leave the jobs time to start Python and install submitit's handler
+    # on a loaded machine (with 10 s, CI once saw every task killed by the
+    # warning itself before the failing job could raise: see the next test).
+    opts = LaunchOptions(executor="slurm", gpus_per_node=2, time_limit_min=2, signal_delay_s=75,
                          job_name="ac-test-basic")
     records = launch.launch(items, opts, tmp_path, progress=False)
     assert _status(records) == {(1, 1, 1, 1): "ok", (2, 1, 1, 1): "error", (1, 1, 2, 1): "timeout"}
@@ -61,6 +62,22 @@ def test_ok_error_and_timeout_are_recorded(slurm, tmp_path):
     # two ranks on one node, as the plan asked
     script = (tmp_path / "jobs").glob("*_submission.sh")
     assert any("--ntasks-per-node=2" in s.read_text() for s in script)
+
+
+def test_a_warning_before_the_handler_is_still_a_timeout(slurm, tmp_path):
+    """SLURM's time-limit warning (USR2) kills a task that has no handler for it
+    yet (Python still starting, on a loaded node). The job hit its limit: it is
+    recorded as a time-out, not an error. The probe restores USR2's default
+    action so the warning kills it, as it does a job that is still starting."""
+    plan = Plan(tp=1, pp=1, dp=1)
+    opts = LaunchOptions(executor="slurm", gpus_per_node=1, time_limit_min=1, signal_delay_s=50,
+                         job_name="ac-test-early-warning")
+    records = launch.launch(_items((plan, 1, ("unhandled", 300.0))), opts, tmp_path,
+                            progress=False)
+    assert _status(records) == {(1, 1, 1, 1): "timeout"}
+    error = records[0]["error"]
+    assert launch.KILLED_BY_WARNING in error
+    assert error.splitlines()[-1].startswith("TIMEOUT: job ")
 
 
 def test_scancel_is_recorded_as_cancelled(slurm, tmp_path):
