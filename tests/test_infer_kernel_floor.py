@@ -68,9 +68,13 @@ def test_the_floor_hides_under_eager_host_launches(monkeypatch) -> None:
         launches_ms)
 
 
-@pytest.mark.parametrize("value, message", [("-3.0e-6", "must be seconds >= 0"),
-                                            ("fast", "is not a number")])
-def test_a_bad_floor_is_a_one_line_catalog_error(tmp_path, monkeypatch, value, message) -> None:
+@pytest.mark.parametrize("field, good, value, message", [
+    ("kernel_gpu_floor_s", "3.0e-6", "-3.0e-6", "must be seconds >= 0"),
+    ("kernel_gpu_floor_s", "3.0e-6", ".inf", "must be seconds >= 0"),
+    ("kernel_gpu_floor_s", "3.0e-6", "fast", "is not a number"),
+    ("moe_block_extra_kernels", "4", "4.5", "must be a whole number >= 0")])
+def test_a_bad_value_is_a_one_line_catalog_error(tmp_path, monkeypatch, field, good, value,
+                                                 message) -> None:
     import shutil
 
     from autoconfig import heuristics
@@ -82,20 +86,20 @@ def test_a_bad_floor_is_a_one_line_catalog_error(tmp_path, monkeypatch, value, m
         shutil.copytree(data_root() / folder, tmp_path / folder)
     path = tmp_path / "heuristics" / "inference.yaml"
     text = path.read_text()
-    path.write_text(text.replace("kernel_gpu_floor_s:\n  value: 3.0e-6",
-                                 f"kernel_gpu_floor_s:\n  value: {value}"))
+    path.write_text(text.replace(f"{field}:\n  value: {good}\n", f"{field}:\n  value: {value}\n"))
     assert path.read_text() != text
     monkeypatch.setenv("AUTOCONFIG_HOME", str(tmp_path))
+    reader = getattr(collectives, field)
     heuristics.load_heuristics.cache_clear()
-    collectives.kernel_gpu_floor_s.cache_clear()
+    reader.cache_clear()
     try:
         with pytest.raises(CatalogError, match=message) as caught:
-            collectives.kernel_gpu_floor_s()
+            reader()
         assert "inference.yaml" in str(caught.value) and "\n" not in str(caught.value)
     finally:
         monkeypatch.delenv("AUTOCONFIG_HOME")
         heuristics.load_heuristics.cache_clear()
-        collectives.kernel_gpu_floor_s.cache_clear()
+        reader.cache_clear()
 
 
 def test_an_moe_layer_pays_the_floor_for_its_router_top_k_alignment_and_sum(monkeypatch) -> None:
