@@ -25,7 +25,7 @@ from autoconfig.core.plan import Plan, Workload
 from autoconfig.profiling import launch, store
 from autoconfig.profiling.sweep import ProfileOptions, RankedPlan, run_profiling
 from profile_probe import probe_command
-from autoconfig.profiling.executors.slurm import SlurmOptions
+from autoconfig.profiling.executors.slurm import KILLED_BY_WARNING, SlurmOptions
 from autoconfig.profiling.launch import JobItem, LaunchOptions
 from probe_jobs import probe_job
 
@@ -76,7 +76,7 @@ def test_a_warning_before_the_handler_is_still_a_timeout(slurm, tmp_path):
                             progress=False)
     assert _status(records) == {(1, 1, 1, 1): "timeout"}
     error = records[0]["error"]
-    assert launch.KILLED_BY_WARNING in error
+    assert KILLED_BY_WARNING in error
     assert error.splitlines()[-1].startswith("TIMEOUT: job ")
 
 

@@ -202,7 +202,7 @@ def _outcome_record(executor: Executor, run: Run) -> dict:
     if reported is None:
         state = executor.state(run.job)
         tail = executor.log_tail(run.job)
-        status = "timeout" if KILLED_BY_WARNING in tail else executor.status_of(state)
+        status = executor.status_of(state, tail)
         return _failure_record(executor, run, status,
                                (f"{tail}\n" if tail else "")
                                + _explained(executor, run, status, state, "without a result"))
@@ -226,13 +226,6 @@ def _outcome_record(executor: Executor, run: Run) -> dict:
     record.setdefault("status", "ok")
     record.update(_job_fields(executor, run))
     return record
-
-
-KILLED_BY_WARNING = "User defined signal 2"
-"""How srun reports tasks that USR2 killed: the time-limit warning (the only
-USR2 a job is sent, ``--signal``) arrived before Python had installed
-submitit's handler, when the limit is within ``signal_delay_s`` plus the
-start-up of the job. A time-out, not an error."""
 
 
 def _explained(executor: Executor, run: Run, status: str, state: str, how: str) -> str:

@@ -175,8 +175,10 @@ class Executor(ABC):
     def state(self, job) -> str:
         """The scheduler's state of the job, upper case ("UNKNOWN" when none)."""
 
-    def status_of(self, state: str) -> str:
-        """Record status of a job that ended in ``state`` without a result."""
+    def status_of(self, state: str, log_tail: str = "") -> str:
+        """Record status of a job that ended in ``state`` without a result
+        (``log_tail``: the end of its error log, where the executor's launcher
+        may say more than the state does)."""
         status = self.STATES.get((state.split() or ["UNKNOWN"])[0], "error")
         return status if status in STATUSES else "error"
 

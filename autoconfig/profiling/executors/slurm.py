@@ -77,6 +77,13 @@ def parse_slurm_extra(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+KILLED_BY_WARNING = "User defined signal 2"
+"""How srun reports tasks that USR2 killed: the time-limit warning (the only
+USR2 a job is sent, ``--signal``) arrived before Python had installed
+submitit's handler, when the limit is within ``signal_delay_s`` plus the
+start-up of the job. A time-out, not an error."""
+
+
 @register
 class SlurmExecutor(SubmititExecutor):
     name = "slurm"
@@ -97,6 +104,13 @@ class SlurmExecutor(SubmititExecutor):
 
     def capacity(self) -> int:
         return self.options.gpus_per_node * self.options.nodes
+
+    def status_of(self, state: str, log_tail: str = "") -> str:
+        """A job whose tasks the time-limit warning killed is a time-out, whatever
+        state it ended in (FAILED): srun reports them as ``KILLED_BY_WARNING``."""
+        if KILLED_BY_WARNING in log_tail:
+            return "timeout"
+        return super().status_of(state, log_tail)
 
     def capacity_where(self) -> str:
         return f"{self.options.nodes} node(s) x {self.options.gpus_per_node} GPUs"
