@@ -17,10 +17,13 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.8, "S05": 3.3, "S08": 4.2, "S09": 6.5, "S10": 5.6,
-                   "S15": 14.5, "S18": 6.1, "S19": 10.0}
-"""S08 counts its GB300 rows since that GPU is in the catalog (its 21 other rows: 4.0%, 3.9%
-before the MoE work); S18 and S19 are the published MoE runs. S10 was 4.8% before
+PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.8, "S05": 3.3, "S08": 3.3, "S09": 6.5, "S10": 5.6,
+                   "S15": 14.4, "S18": 6.4, "S19": 10.2}
+"""Since the S08 rows of Megatron-Bridge releases before 26.04 left the shipped runs (kept
+aside to score the model, benchmarks/SOURCES.md S08) and the constants were refitted:
+S08 4.2% -> 3.3% (10 rows left of 28), S15 14.5% -> 14.4%, S18 6.1% -> 6.4%, S19 10.0% ->
+10.2%, overall 6.7% -> 6.8%. Before then: S08 counted its GB300 rows since that GPU is in
+the catalog (its 21 other rows: 4.0%, 3.9% before the MoE work); S18 and S19 are the published MoE runs. S10 was 4.8% before
 Megatron-DeepSpeed's gradient accumulation was derived instead of fitted. S08 was 4.6%
 before R0135 took its virtual-pipeline size from its release's recipe. With the loss's
 cross-entropy traffic derived per implementation (heuristics/perf.yaml
@@ -30,10 +33,11 @@ model now 6.0% fast: the elementwise factor the loss had partly stood in for fel
 With fused attention's measured per-query-tile cost on Hopper (heuristics/perf.yaml
 attention_tile_keys; benchmarks/gpu/attention.csv) S09 went 6.7% -> 6.5%, S01 5.8% ->
 5.9%, S10 5.5% -> 5.6%, S15 14.6% -> 14.5% (held out: S09 8.8% -> 7.3%, S08 9.6% -> 8.7%)."""
-PINNED_OVERALL_PCT = 6.7
-PINNED_SPEARMAN = 0.70
+PINNED_OVERALL_PCT = 6.8
+PINNED_SPEARMAN = 0.75
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
-0.77 before the BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32
+0.77 since the S08 rows of releases before 26.04 left (their GB300 group of three,
+rho 0.00, two of them one layout measured in two releases); before then 0.77 before the BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32
 cast copy, which they never ran (bigscience tr11-176B-ml chronicles, 'Rebalancing
 layers'): 0.74 since; 0.72 since the unfused cross entropy on the last stage (250,880
 tokens of vocabulary) puts BLOOM's R0456 (TP 8 PP 12 MBS 4, measured 125.5 s) 0.4%

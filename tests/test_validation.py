@@ -47,10 +47,34 @@ def test_shipped_rows_are_verbatim_copies_of_the_shared_data():
                 assert row["record_id"] in sources, row["record_id"]
 
 
-def test_a_recipe_setting_fills_only_what_the_table_leaves_out(runs):
-    # R0135's table gives PP 4 and no VP; its release's recipe runs VP 5.
-    assert runs["R0135"].plan.vp == 5
-    assert (runs["R0135"].plan.pp, runs["R0135"].plan.tp) == (4, 1)
+def _shipped_row(record_id):
+    with open(default_runs_path(), newline="") as handle:
+        return next(row for row in csv.DictReader(handle) if row["record_id"] == record_id)
+
+
+def test_a_recipe_setting_fills_only_what_the_table_leaves_out():
+    # A table that gives PP 4 and no VP, whose release's recipe runs VP 5 (the case of
+    # a shared row of a release kept aside, SOURCES.md S08): the recipe fills the VP...
+    row = {**_shipped_row("R0107"), "vp": "", "recipe_settings": "vp=5"}
+    assert row_to_run(row).plan.vp == 5
+    assert (row_to_run(row).plan.pp, row_to_run(row).plan.tp) == (4, 1)
+    # ...but never overrides what the table states
+    assert row_to_run({**row, "vp": "2"}).plan.vp == 2
+
+
+def test_no_row_of_a_release_kept_aside_is_shipped():
+    """Megatron-Bridge performance tables of releases before 26.04 score the model
+    outside this repository (SOURCES.md S08)."""
+    import re
+    with open(default_runs_path(), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    releases = 0
+    for row in rows:
+        release = re.search(r"NeMo (\d+)\.(\d+)(?:\.(\d+))? container", row["source_location"])
+        if release:
+            releases += 1
+            assert tuple(int(x or 0) for x in release.groups()) >= (26, 4, 0), row["record_id"]
+    assert releases >= 10
 
 
 def test_narayanan_table1_row_assumptions(runs):
@@ -120,7 +144,8 @@ def test_llama_rows_train_without_dropout(runs):
 
 
 def test_equal_measured_rates_give_equal_measured_step_times(runs):
-    a, b = runs["R0130"], runs["R0158"]  # 405B on 256 GB200, both 793 tokens/s/GPU
+    a = runs["R0130"]  # 405B on 256 GB200, 793 tokens/s/GPU
+    b = row_to_run({**_shipped_row("R0130"), "record_id": "X0130"})  # the same rate again
     assert a.measured == b.measured
     rows = evaluate_rows([a, b])
     assert rows[0].measured_step_s == rows[1].measured_step_s  # a tie, not float noise
@@ -152,11 +177,13 @@ def test_rank_groups_keep_fp8_recipes_apart_but_compare_bf16_with_fp8(runs):
     plan; bf16 and FP8 (which it tells apart) share a group."""
     from autoconfig.validation.scoring import group_key
     assert runs["R0130"].fp8_recipe == "mxfp8" and runs["R0102"].fp8_recipe == ""
-    assert runs["R0174"].fp8_recipe == "tensorwise"
-    assert runs["R0174"].software.fp8_recipe == "tensorwise"
-    assert runs["R0184"].fp8_recipe == "blockwise" and runs["R0181"].fp8_recipe == ""
+    row = _shipped_row("R0132")  # 405B on 256 GB200, FP8
+    tensorwise = row_to_run({**row, "precision": "FP8-CS"})
+    assert tensorwise.fp8_recipe == "tensorwise" and tensorwise.software.fp8_recipe == "tensorwise"
+    assert row_to_run({**row, "precision": "FP8 alt. quantization granularity (32x32 blocks)"}
+                      ).fp8_recipe == "blockwise"
     assert group_key(runs["R0130"]) != group_key(runs["R0102"])
-    assert group_key(runs["R0130"]) == group_key(runs["R0143"])
+    assert group_key(runs["R0130"]) == group_key(row_to_run({**row, "precision": "MXFP8"}))
     assert runs["R0258"].workload.precision == "fp8" and runs["R0234"].workload.precision == "bf16"
     h100_144 = [r for r in runs.values() if r.usable and r.source_id == "S09"
                 and group_key(r).endswith("8xh100-80gb gbs144")]
