@@ -2,7 +2,6 @@
 recorded, resume, exit status."""
 
 import json
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -28,14 +27,11 @@ def test_nightly_example_has_12_settings_over_3_models_2_gpus_2_node_counts():
     assert {s.mode for s in spec.settings} == {"predict"}
 
 
-def test_nightly_example_end_to_end_under_a_minute(tmp_path):
+def test_nightly_example_end_to_end(tmp_path):
+    # Its time target (under a minute) is checked by benchmarks/search_speed.py, not here.
     out = tmp_path / "run"
-    start = time.monotonic()
     proc = cli("sweep", NIGHTLY, "-o", out)
-    elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
-    assert elapsed < 60, f"sweep took {elapsed:.1f} s"
-    print(f"nightly-example sweep wall time: {elapsed:.2f} s")
     for name in ("manifest.json", "sweep.csv", "sweep.md", "sweep.json", "sweep_scaling.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "sweep_scaling.png").read_bytes()[:8] == PNG
