@@ -139,8 +139,12 @@ def test_an_unreachable_controller_is_reported_while_waiting(monkeypatch, capsys
 
 
 SWEEP = textwrap.dedent("""
+    import signal
     import sys
     from pathlib import Path
+    # Ctrl-C at a terminal reaches the search; a suite run as a background job of a
+    # shell (``pytest &``) hands its children SIGINT ignored, so take it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from autoconfig.core.plan import Plan
     sys.path.insert(0, sys.argv[2])
     from autoconfig.profiling.launch import JobItem, LaunchOptions, launch
