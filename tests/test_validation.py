@@ -1,6 +1,7 @@
 """Validation against published runs: row conversion, statistics, and the real CLI."""
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,6 @@ def test_a_recipe_setting_fills_only_what_the_table_leaves_out():
 def test_no_row_of_a_release_kept_aside_is_shipped():
     """Megatron-Bridge performance tables of releases before 26.04 score the model
     outside this repository (SOURCES.md S08)."""
-    import re
     with open(default_runs_path(), newline="") as handle:
         rows = list(csv.DictReader(handle))
     releases = 0
@@ -182,6 +182,8 @@ def test_rank_groups_keep_fp8_recipes_apart_but_compare_bf16_with_fp8(runs):
     assert tensorwise.fp8_recipe == "tensorwise" and tensorwise.software.fp8_recipe == "tensorwise"
     assert row_to_run({**row, "precision": "FP8 alt. quantization granularity (32x32 blocks)"}
                       ).fp8_recipe == "blockwise"
+    # a table that does not say which granularity ran: the stack's default recipe
+    assert row_to_run({**row, "precision": "FP8 (granularity not stated)"}).fp8_recipe == ""
     assert group_key(runs["R0130"]) != group_key(runs["R0102"])
     assert group_key(runs["R0130"]) == group_key(row_to_run({**row, "precision": "MXFP8"}))
     assert runs["R0258"].workload.precision == "fp8" and runs["R0234"].workload.precision == "bf16"
