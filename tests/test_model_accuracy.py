@@ -23,9 +23,10 @@ PINNED_MAPE_PCT = {"S01": 5.9, "S04": 3.8, "S05": 3.3, "S08": 3.3, "S09": 6.5, "
 aside to score the model, benchmarks/SOURCES.md S08) and the constants were refitted:
 S08 4.2% -> 3.3% (10 rows left of 28), S15 14.5% -> 14.4%, S18 6.1% -> 6.4%, S19 10.0% ->
 10.2%, overall 6.7% -> 6.8%. Before then: S08 counted its GB300 rows since that GPU is in
-the catalog (its 21 other rows: 4.0%, 3.9% before the MoE work); S18 and S19 are the published MoE runs. S10 was 4.8% before
-Megatron-DeepSpeed's gradient accumulation was derived instead of fitted. S08 was 4.6%
-before R0135 took its virtual-pipeline size from its release's recipe. With the loss's
+the catalog (its 21 other rows: 4.0%, 3.9% before the MoE work); S18 and S19 are the
+published MoE runs. S10 was 4.8% before Megatron-DeepSpeed's gradient accumulation was
+derived instead of fitted. S08 was 4.6% before R0135 took its virtual-pipeline size from
+its release's recipe. With the loss's
 cross-entropy traffic derived per implementation (heuristics/perf.yaml
 cross_entropy_bytes_per_logit) the refit moved S05 from 2.8% to 3.3% (its smallest
 model now 6.0% fast: the elementwise factor the loss had partly stood in for fell from
@@ -37,12 +38,12 @@ PINNED_OVERALL_PCT = 6.8
 PINNED_SPEARMAN = 0.75
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.77 since the S08 rows of releases before 26.04 left (their GB300 group of three,
-rho 0.00, two of them one layout measured in two releases); before then 0.77 before the BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32
-cast copy, which they never ran (bigscience tr11-176B-ml chronicles, 'Rebalancing
-layers'): 0.74 since; 0.72 since the unfused cross entropy on the last stage (250,880
-tokens of vocabulary) puts BLOOM's R0456 (TP 8 PP 12 MBS 4, measured 125.5 s) 0.4%
-behind R0457 (TP 8 PP 6 MBS 2, 135.6 s) instead of 0.2% ahead: a tie the model cannot
-split either way."""
+rho 0.00, two of them one layout measured in two releases). Before then: 0.77 until the
+BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32 cast copy, which they
+never ran (bigscience tr11-176B-ml chronicles, 'Rebalancing layers'): 0.74 since; 0.72
+since the unfused cross entropy on the last stage (250,880 tokens of vocabulary) puts
+BLOOM's R0456 (TP 8 PP 12 MBS 4, measured 125.5 s) 0.4% behind R0457 (TP 8 PP 6 MBS 2,
+135.6 s) instead of 0.2% ahead: a tie the model cannot split either way."""
 
 
 def regressions(report) -> list[str]:

@@ -57,8 +57,8 @@ def test_a_recipe_setting_fills_only_what_the_table_leaves_out():
     # A table that gives PP 4 and no VP, whose release's recipe runs VP 5 (the case of
     # a shared row of a release kept aside, SOURCES.md S08): the recipe fills the VP...
     row = {**_shipped_row("R0107"), "vp": "", "recipe_settings": "vp=5"}
-    assert row_to_run(row).plan.vp == 5
-    assert (row_to_run(row).plan.pp, row_to_run(row).plan.tp) == (4, 1)
+    plan = row_to_run(row).plan
+    assert (plan.vp, plan.pp, plan.tp) == (5, 4, 1)
     # ...but never overrides what the table states
     assert row_to_run({**row, "vp": "2"}).plan.vp == 2
 
