@@ -3,10 +3,10 @@
 
 import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -14,7 +14,6 @@ from pathlib import Path
 
 from autoconfig.profiling.spec import ProfileResult, ProfileSpec
 from autoconfig.profiling.worker import ERROR_TAIL_LINES
-
 
 
 def run_local_processes(spec: ProfileSpec, world_size: int, timeout_s: float) -> ProfileResult:
@@ -34,22 +33,66 @@ def run_local_processes(spec: ProfileSpec, world_size: int, timeout_s: float) ->
                 _kill_group(proc)
 
 
+# The ranks are forked from one server process that has imported torch, megatron-core
+# and the worker once (multiprocessing's forkserver with a preload list): a fresh
+# interpreter per rank spends ~8 s of CPU on those imports alone, which over the
+# suite's multi-rank runs was minutes of a 2-core CI machine. Each rank is still its
+# own process with its own torch.distributed group; the server itself never runs a
+# step, so no thread or device state is inherited.
+_PRELOAD = ["torch", "torch.distributed", "megatron.core.models.gpt.gpt_model",
+            "megatron.core.optimizer", "megatron.core.distributed",
+            "megatron.core.pipeline_parallel", "autoconfig.profiling.worker",
+            "autoconfig.profiling.cpu_bridge"]
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(_PRELOAD)
+
+
+class _Rank:
+    """A forked rank seen through the little of ``subprocess.Popen`` the helpers use."""
+
+    def __init__(self, process) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+
+def _rank_main(env: dict, argv: list[str], log_path: str) -> None:
+    """One rank in the forked child: its own session (so the group can be killed),
+    its output in its log, the torchrun-style environment, then the worker's main."""
+    os.setsid()
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.environ.update(env)
+    from autoconfig.profiling import worker
+
+    code = worker.main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _start_ranks(spec: ProfileSpec, world_size: int, out: Path) -> list:
     port = _free_port()
-    threads = max(1, (os.cpu_count() or 1) // world_size)
+    argv = ["--spec-json", spec.to_json(), "--result-dir", str(out)]
     procs = []
     for rank in range(world_size):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        # no OMP_NUM_THREADS: the server's OpenMP runtime is already up, so the worker
+        # sets its share of the cores itself (torch.set_num_threads, by LOCAL_WORLD_SIZE)
+        env = dict(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
-        if spec.device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", str(threads))
-        log = open(out / f"rank{rank}.log", "wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "autoconfig.profiling.worker", "--spec-json", spec.to_json(),
-             "--result-dir", str(out)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        log.close()
+        process = _CONTEXT.Process(target=_rank_main,
+                                   args=(env, argv, str(out / f"rank{rank}.log")), daemon=False)
+        process.start()
+        procs.append(_Rank(process))
     return procs
 
 
@@ -93,6 +136,8 @@ def _kill_group(proc) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)   # a rank killed before its setsid
     with contextlib.suppress(Exception):
         proc.wait(timeout=10)
 
