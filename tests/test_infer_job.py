@@ -152,10 +152,12 @@ def test_published_offline_points_are_asked_as_jobs() -> None:
     row = next(r for r in points.itertuples(index=False) if r.point_id == "J056")
     assert row.num_requests == 500 and row.output_len_std_tokens > 0
     assert row.decode_steps == 10                   # vLLM 0.6.0 --num-scheduler-steps 10
+    assert str(row.mixed_prefill).lower() == "false"    # its V0 scheduler: prefill-first
     pred = ask(row)
     w = InferenceWorkload(202, 179, "bf16", row.input_len_std_tokens,
                           row.output_len_std_tokens)
-    direct = search(MODEL, w, CLUSTER, engine=engines.with_decode_steps(VLLM, 10), job=Job(500),
+    v0 = engines.with_mixed_prefill(engines.with_decode_steps(VLLM, 10), False)
+    direct = search(MODEL, w, CLUSTER, engine=v0, job=Job(500),
                     max_batch=int(row.batch), pins=Pins((1,), (1,))).table.iloc[0]
     assert pred.tokens_per_s_per_gpu == pytest.approx(direct.tokens_per_s_per_gpu)
 

@@ -44,6 +44,11 @@ class Engine:
     kv_block_tokens: int | None
     """Tokens per paged KV block (None: contiguous, allocated for the whole sequence)."""
     chunked_prefill: bool
+    mixed_prefill: bool
+    """A step that prefills also decodes the running sequences (one token budget,
+    Sarathi-Serve / Orca); False: prefill-first, a prefill forward runs alone and
+    the decoding sequences wait for it (vLLM V0's default scheduler, SGLang
+    without ``--enable-mixed-chunk``)."""
     max_batched_tokens: int | None
     """Token budget of one engine step (prompt chunks plus decode tokens)."""
     max_num_seqs: int | None
@@ -167,6 +172,7 @@ def _load(path_text: str) -> Engine:
                          path),
         kv_block_tokens=block,
         chunked_prefill=bool(_value(data, "chunked_prefill", path, src, (bool,))),
+        mixed_prefill=bool(_value(data, "mixed_prefill", path, src, (bool,))),
         max_batched_tokens=tokens,
         max_num_seqs=seqs,
         kv_reserves_output=bool(_value(data, "kv_reserves_output", path, src, (bool,))),
@@ -214,6 +220,19 @@ def with_decode_steps(engine: Engine, steps: int | None) -> Engine:
         raise InputError(f"invalid --decode-steps {steps}: engine {engine.name} runs one decode "
                          f"step per scheduler call; engines with multi-step decoding: {able}")
     return dataclasses.replace(engine, decode_steps=int(steps))
+
+
+def with_mixed_prefill(engine: Engine, mixed: bool | None) -> Engine:
+    """``engine`` with prefill mixed into decode steps or not (None: its default);
+    one-line InputError for an engine that serves static batches."""
+    if mixed is None or mixed == engine.mixed_prefill:
+        return engine
+    if not engine.continuous:
+        flag = "--mixed-prefill" if mixed else "--no-mixed-prefill"
+        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches (a "
+                         "batch's prefill, then its decodes); mixing applies to in-flight "
+                         "engines")
+    return dataclasses.replace(engine, mixed_prefill=bool(mixed))
 
 
 def get_engine(name: str | None) -> Engine:

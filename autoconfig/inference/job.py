@@ -157,7 +157,8 @@ class _Clock:
 def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: int,
              kv_capacity_tokens: float, budget_tokens: int | None, chunked: bool,
              reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
-             clock: "_Clock | None" = None, decode_steps: int = 1) -> Schedule:
+             clock: "_Clock | None" = None, decode_steps: int = 1,
+             mixed: bool = True) -> Schedule:
     """Which requests every engine step runs (module doc). ``budget_tokens``: the
     tokens one step may process, decodes included (None: no cap); ``chunked``:
     prompts are split to fill it, else whole prompts go while they fit (at least
@@ -176,7 +177,11 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     ``decode_steps``: decode steps run in whole runs of this many (multi-step
     scheduling, ``Engine.decode_steps``): the scheduler only acts between runs,
     so an arrival or a freed slot waits for the run to end, and a request that
-    finishes mid-run keeps its slot (and its share of the compute) until then."""
+    finishes mid-run keeps its slot (and its share of the compute) until then.
+
+    ``mixed``: a step that prefills also decodes the running requests
+    (``Engine.mixed_prefill``); else the prefill forward runs alone and they
+    wait for it, a token later."""
     timed = arrivals_s is not None
     n = len(inputs)
     sent_after = np.full(n, -1, dtype=np.int64)
@@ -233,7 +238,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                 if entry[1] >= prompt[r]:
                     first.append(r)
             prefilling = [e for e in prefilling if e[1] < prompt[e[0]]]
-            decoders = len(ids)
+            decoders = len(ids) if mixed else 0
             seg = segments.add(1, decoders, float(context.sum() / decoders + 0.5) if decoders
                                else 0.0,
                                tokens, weighted / tokens if tokens else 0.0,
@@ -245,11 +250,12 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                 if first_token[r] < 0:
                     first_token[r] = seg
             new = np.array(first, dtype=np.int64)
-            ids = np.concatenate([ids, new])
-            left = np.concatenate([left, resume[new] + 1])
-            context = np.concatenate([context, prompt[new].astype(np.float64)])
-            left -= 1                           # a decode each, the new ones' from the prompt
-            context += 1.0
+            if mixed:                           # the running requests decoded a token each
+                left -= 1
+                context += 1.0
+            ids = np.concatenate([ids, new])    # the new ones' first token is the prompt's
+            left = np.concatenate([left, resume[new]])
+            context = np.concatenate([context, prompt[new].astype(np.float64) + 1.0])
         else:
             steps = int(left.min())
             if timed:
@@ -396,7 +402,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                            seconds)
         plan = schedule(inputs, outputs, share.clients or share.requests, int(one.batch[0]),
                         float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
-                        engine.kv_reserves_output, arrivals, clock, engine.decode_steps)
+                        engine.kv_reserves_output, arrivals, clock, engine.decode_steps,
+                        engine.mixed_prefill)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs)

@@ -84,6 +84,15 @@ stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight:
 Engine.decode_steps``, 1 unless multi-step scheduling is asked: then the host
 overhead is paid once per run; then the prompt in chunks of the step's token
 budget, or whole where the engine does not chunk).
+
+An engine that does not mix (``Engine.mixed_prefill`` False: prefill-first)
+runs the prompts as forwards of their own while the decodes wait: a decode
+step carries no prompt tokens, and per decode step ``n = C / s_out`` prompts
+are prefilled, batched into one forward when ``n >= 1`` and one at a time
+every ``1 / n`` steps otherwise, so TPOT adds ``min(n, 1) * (pp *
+t_stage(max(n, 1) prompts) + overhead)``: each such forward streams the
+weights again, which a mixed step shares with the decodes. A new prompt's
+forward then holds no decodes either.
 """
 
 from dataclasses import dataclass
@@ -372,20 +381,30 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     pp = plans.pp.astype(float)[:, None]
     s_in, s_out = workload.input_len_tokens, workload.output_len_tokens
     running = plans.batch.astype(float)[:, None] / pp       # sequences per micro-batch
+    mixed = engine.mixed_prefill
     prompt_share = running * s_in / s_out
     overhead = engine.step_overhead_s
     context = s_in + workload.held_output_tokens
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
-        decode_seqs=running, decode_context=context, prefill_tokens=prompt_share,
+        decode_seqs=running, decode_context=context,
+        prefill_tokens=prompt_share if mixed else 0.0 * running,
         prefill_context=s_in / 2.0, logits_rows=running))
     tpot = pp * step + engine.decode_step_overhead_s
+    if not mixed:
+        prompts = running / s_out
+        alone, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+            decode_seqs=0.0 * running, decode_context=context,
+            prefill_tokens=np.maximum(prompts, 1.0) * s_in, prefill_context=s_in / 2.0,
+            logits_rows=np.maximum(prompts, 1.0)))
+        tpot = tpot + np.minimum(prompts, 1.0) * (pp * alone + overhead)
     budget = engine.max_batched_tokens if engine.chunked_prefill and \
         engine.max_batched_tokens else None
     chunk = np.full_like(running, float(s_in)) if budget is None else \
-        np.clip(budget - running, 1.0, float(s_in))
+        np.clip(budget - (running if mixed else 0.0), 1.0, float(s_in))
+    beside = running if mixed else 0.0 * running
     chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
-        decode_seqs=running, decode_context=context, prefill_tokens=chunk,
-        prefill_context=s_in / 2.0, logits_rows=running + 1.0))
+        decode_seqs=beside, decode_context=context, prefill_tokens=chunk,
+        prefill_context=s_in / 2.0, logits_rows=beside + 1.0))
     # An arrival waits for the decode run under way (half of it on average:
     # one step, or a whole multi-step run of ``decode_steps``), then its chunks.
     ttft = engine.decode_steps * tpot / 2.0 + np.ceil(s_in / chunk) * (pp * chunk_step

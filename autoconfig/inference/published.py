@@ -41,7 +41,7 @@ COLUMNS = ("point_id", "source_id", "model", "gpu", "tp", "pp", "batch", "input_
 OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "tpot_ms",
             "latency_ms", "throughput_tokens_per_s", "throughput_samples_per_s",
             "limit_ttft_ms", "limit_tpot_ms", "statistic", "num_requests", "clients",
-            "input_len_std_tokens", "output_len_std_tokens", "decode_steps")
+            "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -108,6 +108,7 @@ def ask(row) -> pd.Series:
     steps = optional_float(row.decode_steps)
     engine = engines.with_decode_steps(engines.get_engine(str(row.engine)),
                                        None if steps is None else int(steps))
+    engine = engines.with_mixed_prefill(engine, _flag(row.mixed_prefill))
     tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]
@@ -148,6 +149,17 @@ def ask(row) -> pd.Series:
         result = search(model, workload, cluster, "throughput", limits, max_batch=batch,
                         engine=engine, pins=Pins((tp,), (pp,)), job=Job(batch, None, None))
     return result.table.iloc[0]
+
+
+def _flag(value) -> bool | None:
+    """A yes/no cell (true/false); empty: None, the engine's default."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else str(value).strip().lower()
+    if not text:
+        return None
+    if text not in ("true", "false"):
+        raise InputError(f"invalid mixed_prefill {value!r}: allowed are true, false or empty")
+    return text == "true"
 
 
 def validate(path: Path | None = None) -> ValidationResult:

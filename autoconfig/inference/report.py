@@ -81,6 +81,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if e.decode_steps > 1:
         what += (f"; {e.decode_steps} decode steps per scheduler call "
                  f"({e.decode_steps_option} {e.decode_steps})")
+    if e.continuous and result.mode == "continuous" and not e.mixed_prefill:
+        what += "; prefill-first: a prefill runs alone and the decodes wait for it"
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
@@ -133,6 +135,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "precision": result.workload.precision, "objective": result.objective,
             "engine": result.engine.name if result.engine else None,
             "decode_steps": result.engine.decode_steps if result.engine else None,
+            "mixed_prefill": result.engine.mixed_prefill if result.engine else None,
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}
