@@ -143,3 +143,14 @@ def test_cli_flag_changes_what_the_engine_does(tmp_path, capsys):
                                       "--output-dir", str(tmp_path / "ft")], capsys)
     assert code != 0 and "invalid --mixed-prefill" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_prefill_that_runs_alone_has_the_whole_token_budget():
+    # three clients; the first request ends after 2 tokens and its client sends a
+    # 1,500-token prompt while two requests decode, under a 1,000-token budget:
+    # mixed, the two decodes take 2 of it; alone, the chunk has all 1,000
+    inputs, outputs = np.array([8, 8, 8, 1500]), np.array([2, 50, 50, 5])
+    for mixed, chunk in ((True, 998), (False, 1000)):
+        plan = schedule(inputs, outputs, 3, 64, 1e9, 1000, True, mixed=mixed)
+        later = plan.prefill_tokens[1:][plan.prefill_tokens[1:] > 0]
+        assert later[0] == chunk and later.sum() == 1500

@@ -223,7 +223,9 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                 latest = max(latest, float(arrivals_s[r]))
         peak = max(peak, reserved)
         if prefilling:
-            room = np.inf if budget_tokens is None else max(0, budget_tokens - len(ids))
+            # a mixed step's budget also holds the decodes; a prefill that runs alone has it all
+            room = np.inf if budget_tokens is None else max(
+                0, budget_tokens - (len(ids) if mixed else 0))
             tokens, weighted, first = 0, 0.0, []
             for entry in prefilling:
                 r, done = entry
