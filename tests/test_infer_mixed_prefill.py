@@ -154,3 +154,45 @@ def test_a_prefill_that_runs_alone_has_the_whole_token_budget():
         plan = schedule(inputs, outputs, 3, 64, 1e9, 1000, True, mixed=mixed)
         later = plan.prefill_tokens[1:][plan.prefill_tokens[1:] > 0]
         assert later[0] == chunk and later.sum() == 1500
+
+
+def test_a_token_budget_override_reaches_the_schedule_and_the_report(tmp_path, capsys):
+    import json
+
+    vllm = engines.get_engine("vllm")
+    small = engines.with_max_batched_tokens(vllm, 1024)
+    assert small.max_batched_tokens == 1024 and engines.with_max_batched_tokens(vllm, None) is vllm
+    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 256, 1)])
+    w = InferenceWorkload(870, 128)
+    job = Job(200)
+    wide = run(MODEL, w, plans, CLUSTER, load_constants(), vllm, job).iloc[0]
+    narrow = run(MODEL, w, plans, CLUSTER, load_constants(), small, job).iloc[0]
+    # all 200 prompts (174,000 tokens) sent at once: a 1,024-token budget prefills
+    # them a step at a time, so the first tokens come later
+    assert narrow.ttft_ms > 1.5 * wide.ttft_ms
+    code, text, err = run_cli(BASE + ["--engine", "vllm", "--max-batched-tokens", "1024",
+                                      "--output-dir", str(tmp_path / "v")], capsys)
+    assert code == 0, err
+    data = json.loads(text)
+    assert data["max_batched_tokens"] == 1024
+    table = ["table" if a == "json" else a for a in BASE]
+    code, text, err = run_cli(table + ["--engine", "vllm", "--max-batched-tokens", "1024",
+                                       "--output-dir", str(tmp_path / "t")], capsys)
+    assert code == 0, err
+    assert "1024 tokens a step at most" in err + text
+    for bad, why in (("0", "must be an integer from 1"), ("64", "static batches")):
+        engine = "vllm" if bad == "0" else "fastertransformer"
+        code, _, err = run_cli(BASE + ["--engine", engine, "--max-batched-tokens", bad,
+                                       "--output-dir", str(tmp_path / bad)], capsys)
+        assert code != 0 and why in err and len(err.strip().splitlines()) == 1
+
+
+def test_published_points_carry_the_token_budget_their_source_states():
+    points = load_points(default_points_path())
+    stated = points[points["max_batched_tokens"].notna()]
+    assert dict(zip(stated["point_id"], stated["max_batched_tokens"].astype(int))) == {
+        "J027": 4096, "J028": 1024, "J029": 16384, "J031": 1024}
+    for row in stated.itertuples():
+        text = row.source_location.replace("_", "-")
+        assert str(int(row.max_batched_tokens)) in text and (
+            "max-num-batched-tokens" in text or "max-num-tokens" in text)

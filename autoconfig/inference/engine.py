@@ -26,6 +26,8 @@ DEFAULT_REASON = ("NVIDIA's production serving engine (in-flight batching, paged
 """Why the default is what it is (printed beside every answer)."""
 BATCHING = ("static", "continuous")
 MAX_DECODE_STEPS = 256
+MAX_BATCHED_TOKENS = 1 << 20
+"""Largest token budget per step accepted from the command line (a million tokens)."""
 """Largest --decode-steps asked (SGLang's docs show runs at 256)."""
 KV_CACHES = ("contiguous", "paged")
 
@@ -233,6 +235,22 @@ def with_mixed_prefill(engine: Engine, mixed: bool | None) -> Engine:
                          "batch's prefill, then its decodes); mixing applies to in-flight "
                          "engines")
     return dataclasses.replace(engine, mixed_prefill=bool(mixed))
+
+
+def with_max_batched_tokens(engine: Engine, tokens: int | None) -> Engine:
+    """``engine`` with a token budget per step of ``tokens`` (None: its default;
+    vLLM ``--max-num-batched-tokens``, TensorRT-LLM ``max_num_tokens``, SGLang
+    ``--chunked-prefill-size``); one-line InputError for a bad value or a static engine."""
+    if tokens is None or tokens == engine.max_batched_tokens:
+        return engine
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) \
+            or not 1 <= tokens <= MAX_BATCHED_TOKENS:
+        raise InputError(f"invalid --max-batched-tokens {shown(tokens)}: must be an integer "
+                         f"from 1 to {MAX_BATCHED_TOKENS}")
+    if not engine.continuous:
+        raise InputError(f"invalid --max-batched-tokens {tokens}: engine {engine.name} serves "
+                         "static batches, with no token budget per step")
+    return dataclasses.replace(engine, max_batched_tokens=int(tokens))
 
 
 def get_engine(name: str | None) -> Engine:

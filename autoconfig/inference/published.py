@@ -41,7 +41,8 @@ COLUMNS = ("point_id", "source_id", "model", "gpu", "tp", "pp", "batch", "input_
 OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "tpot_ms",
             "latency_ms", "throughput_tokens_per_s", "throughput_samples_per_s",
             "limit_ttft_ms", "limit_tpot_ms", "statistic", "num_requests", "clients",
-            "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill")
+            "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
+            "max_batched_tokens")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -109,6 +110,8 @@ def ask(row) -> pd.Series:
     engine = engines.with_decode_steps(engines.get_engine(str(row.engine)),
                                        None if steps is None else int(steps))
     engine = engines.with_mixed_prefill(engine, _flag(row.mixed_prefill))
+    budget = optional_float(row.max_batched_tokens)
+    engine = engines.with_max_batched_tokens(engine, None if budget is None else int(budget))
     tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]

@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import active_params, total_params
+from autoconfig.inference.engine import get_engine
 from autoconfig.inference.search import InferenceSearchResult
 from autoconfig.units import format_count
 
@@ -83,6 +84,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
                  f"({e.decode_steps_option} {e.decode_steps})")
     if e.continuous and result.mode == "continuous" and not e.mixed_prefill:
         what += "; prefill-first: a prefill runs alone and the decodes wait for it"
+    if e.continuous and e.max_batched_tokens != get_engine(e.name).max_batched_tokens:
+        what += f"; {e.max_batched_tokens} tokens a step at most"
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
@@ -136,6 +139,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "engine": result.engine.name if result.engine else None,
             "decode_steps": result.engine.decode_steps if result.engine else None,
             "mixed_prefill": result.engine.mixed_prefill if result.engine else None,
+            "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}
