@@ -208,20 +208,25 @@ def _load(path_text: str) -> Engine:
     return engine
 
 
+def _count(flag: str, value, top: int) -> int:
+    """``value`` as an integer from 1 to ``top``; one-line InputError naming ``flag``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 1 <= value <= top:
+        raise InputError(f"invalid {flag} {shown(value)}: must be an integer from 1 to {top}")
+    return int(value)
+
+
 def with_decode_steps(engine: Engine, steps: int | None) -> Engine:
     """``engine`` run with ``steps`` decode steps per scheduler call (None: its
     default); one-line InputError where the engine has no such option."""
     if steps is None or steps == engine.decode_steps:
         return engine
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) \
-            or not 1 <= steps <= MAX_DECODE_STEPS:
-        raise InputError(f"invalid --decode-steps {shown(steps)}: must be an integer from 1 "
-                         f"to {MAX_DECODE_STEPS}")
+    steps = _count("--decode-steps", steps, MAX_DECODE_STEPS)
     if not engine.decode_steps_option:
         able = ", ".join(n for n in names() if get_engine(n).decode_steps_option)
         raise InputError(f"invalid --decode-steps {steps}: engine {engine.name} runs one decode "
                          f"step per scheduler call; engines with multi-step decoding: {able}")
-    return dataclasses.replace(engine, decode_steps=int(steps))
+    return dataclasses.replace(engine, decode_steps=steps)
 
 
 def with_mixed_prefill(engine: Engine, mixed: bool | None) -> Engine:
@@ -243,14 +248,11 @@ def with_max_batched_tokens(engine: Engine, tokens: int | None) -> Engine:
     ``--chunked-prefill-size``); one-line InputError for a bad value or a static engine."""
     if tokens is None or tokens == engine.max_batched_tokens:
         return engine
-    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) \
-            or not 1 <= tokens <= MAX_BATCHED_TOKENS:
-        raise InputError(f"invalid --max-batched-tokens {shown(tokens)}: must be an integer "
-                         f"from 1 to {MAX_BATCHED_TOKENS}")
+    tokens = _count("--max-batched-tokens", tokens, MAX_BATCHED_TOKENS)
     if not engine.continuous:
         raise InputError(f"invalid --max-batched-tokens {tokens}: engine {engine.name} serves "
                          "static batches, with no token budget per step")
-    return dataclasses.replace(engine, max_batched_tokens=int(tokens))
+    return dataclasses.replace(engine, max_batched_tokens=tokens)
 
 
 def get_engine(name: str | None) -> Engine:
