@@ -382,26 +382,27 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     s_in, s_out = workload.input_len_tokens, workload.output_len_tokens
     running = plans.batch.astype(float)[:, None] / pp       # sequences per micro-batch
     mixed = engine.mixed_prefill
+    none = np.zeros_like(running)
     prompt_share = running * s_in / s_out
     overhead = engine.step_overhead_s
     context = s_in + workload.held_output_tokens
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context,
-        prefill_tokens=prompt_share if mixed else 0.0 * running,
+        prefill_tokens=prompt_share if mixed else none,
         prefill_context=s_in / 2.0, logits_rows=running))
     tpot = pp * step + engine.decode_step_overhead_s
     if not mixed:
         prompts = running / s_out
         alone, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
-            decode_seqs=0.0 * running, decode_context=context,
+            decode_seqs=none, decode_context=context,
             prefill_tokens=np.maximum(prompts, 1.0) * s_in, prefill_context=s_in / 2.0,
             logits_rows=np.maximum(prompts, 1.0)))
         tpot = tpot + np.minimum(prompts, 1.0) * (pp * alone + overhead)
     budget = engine.max_batched_tokens if engine.chunked_prefill and \
         engine.max_batched_tokens else None
+    beside = running if mixed else none     # decodes sharing a prompt's step
     chunk = np.full_like(running, float(s_in)) if budget is None else \
-        np.clip(budget - (running if mixed else 0.0), 1.0, float(s_in))
-    beside = running if mixed else 0.0 * running
+        np.clip(budget - beside, 1.0, float(s_in))
     chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=beside, decode_context=context, prefill_tokens=chunk,
         prefill_context=s_in / 2.0, logits_rows=beside + 1.0))

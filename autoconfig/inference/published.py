@@ -109,7 +109,7 @@ def ask(row) -> pd.Series:
     steps = optional_float(row.decode_steps)
     engine = engines.with_decode_steps(engines.get_engine(str(row.engine)),
                                        None if steps is None else int(steps))
-    engine = engines.with_mixed_prefill(engine, _flag(row.mixed_prefill))
+    engine = engines.with_mixed_prefill(engine, _mixed_prefill_cell(row.mixed_prefill))
     budget = optional_float(row.max_batched_tokens)
     engine = engines.with_max_batched_tokens(engine, None if budget is None else int(budget))
     tp, pp, _, replicas = _layout(row)
@@ -154,8 +154,8 @@ def ask(row) -> pd.Series:
     return result.table.iloc[0]
 
 
-def _flag(value) -> bool | None:
-    """A yes/no cell (true/false); empty: None, the engine's default."""
+def _mixed_prefill_cell(value) -> bool | None:
+    """The ``mixed_prefill`` cell: true or false; empty: None, the engine's default."""
     text = "" if value is None or (isinstance(value, float) and math.isnan(value)) \
         else str(value).strip().lower()
     if not text:
