@@ -101,9 +101,13 @@ def test_impossible_plan_returns_error_with_tail():
 
 
 def test_run_past_its_time_limit_returns_timeout():
+    """A job of 10,000 timed steps cannot finish inside 1 s however fast the ranks
+    start (forked ranks finished the two-step job in under a second)."""
     plan = Plan(tp=1, pp=1, dp=2)
+    spec = ProfileSpec(model=get_model("tiny"), workload=Workload(8, 128), plan=plan,
+                       device="cpu", warmup_steps=1, timed_steps=10_000)
     start = time.monotonic()
-    result = _run(plan, timeout_s=1.0)
+    result = run_local_processes(spec, plan.num_gpus, 1.0)
     assert time.monotonic() - start < 30
     assert result.status == "timeout" and result.plan == plan and result.world_size == 2
     assert "1 s" in result.error
