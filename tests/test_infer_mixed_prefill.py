@@ -107,8 +107,13 @@ def test_static_engines_refuse_a_mixing_override():
 def test_published_points_of_older_vllm_run_prefill_first():
     points = load_points(default_points_path())
     flagged = points[points["mixed_prefill"].astype(str).str.lower() == "false"]
-    assert len(flagged) >= 18 and set(flagged["engine"]) == {"vllm"}
-    assert flagged["source_location"].str.contains("prefill-first").all()
+    assert len(flagged) >= 66 and set(flagged["engine"]) == {"vllm", "lmdeploy"}
+    vllm = flagged["engine"] == "vllm"
+    assert (vllm.sum() >= 18) and flagged[vllm]["source_location"].str.contains(
+        "prefill-first").all()
+    # LMDeploy v0.1.0a1 ran ContextDecode before the decode step: before PR 775 unified them
+    assert flagged[~vllm]["source_location"].str.contains(
+        "Unify prefill & decode passes").all()
     row = next(points[points["point_id"] == "J085"].itertuples())
     as_published = ask(row)
     as_v1 = ask(row._replace(mixed_prefill=np.nan))
@@ -190,9 +195,14 @@ def test_a_token_budget_override_reaches_the_schedule_and_the_report(tmp_path, c
 def test_published_points_carry_the_token_budget_their_source_states():
     points = load_points(default_points_path())
     stated = points[points["max_batched_tokens"].notna()]
+    lmdeploy_runs = points[(points["source_id"] == "SI08")
+                           & (points["statistic"] == "mean TTFT, median ITL")]
+    assert len(lmdeploy_runs) == 48
     assert dict(zip(stated["point_id"], stated["max_batched_tokens"].astype(int))) == {
-        "J027": 4096, "J028": 1024, "J029": 16384, "J031": 1024}
+        "J027": 4096, "J028": 1024, "J029": 16384, "J031": 1024,
+        **{pid: 16416 for pid in lmdeploy_runs["point_id"]}}
     for row in stated.itertuples():
         text = row.source_location.replace("_", "-")
         assert str(int(row.max_batched_tokens)) in text and (
-            "max-num-batched-tokens" in text or "max-num-tokens" in text)
+            "max-num-batched-tokens" in text or "max-num-tokens" in text
+            or "max-context-token-num 4 (x session-len 4104" in text)

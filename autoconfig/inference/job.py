@@ -104,16 +104,21 @@ class Schedule:
     rate; the segment cannot start before it), else None."""
     sent_at_s: np.ndarray | None = None
     """Per request: its send time (arrivals at a rate), else None."""
+    stalled: np.ndarray | None = None
+    """Per segment: running requests that wait through it without a token (a
+    prefill step that does not mix), else None (none anywhere)."""
 
 
 class _Segments:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
+        self.stalled: list[int] = []
 
     def add(self, steps, decode_seqs, decode_context, prefill_tokens, prefill_context,
-            logits_rows) -> int:
+            logits_rows, stalled: int = 0) -> int:
         self.rows.append((steps, decode_seqs, decode_context, prefill_tokens, prefill_context,
                           logits_rows))
+        self.stalled.append(stalled)
         return len(self.rows) - 1
 
 
@@ -244,7 +249,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             seg = segments.add(1, decoders, float(context.sum() / decoders + 0.5) if decoders
                                else 0.0,
                                tokens, weighted / tokens if tokens else 0.0,
-                               decoders + len(first))
+                               decoders + len(first), len(ids) - decoders)
             if timed:
                 row = segments.rows[seg]
                 clock.advance(clock.step_s(row[1], row[3]))
@@ -302,7 +307,9 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     return Schedule(*arrays, sent_after=sent_after, first_token=first_token, finished=finished,
                     peak_kv_tokens=peak,
                     not_before_s=np.asarray(not_before, dtype=float) if timed else None,
-                    sent_at_s=np.asarray(arrivals_s, dtype=float) if timed else None)
+                    sent_at_s=np.asarray(arrivals_s, dtype=float) if timed else None,
+                    stalled=np.asarray(segments.stalled, dtype=float)
+                    if any(segments.stalled) else None)
 
 
 def _held(ids, context, prefilling, prompt, whole_request, reserve_output: bool) -> float:
@@ -330,9 +337,10 @@ PERCENTILES = (50, 99)
 benchmarks print (vLLM's and SGLang's bench_serving) and the tail that MLPerf's
 Server and Interactive constraints bound (p99 TTFT and TPOT)."""
 
-PERCENTILE_COLUMNS = tuple(f"{name}_p{q}_ms" for name in ("ttft", "tpot", "latency")
+PERCENTILE_COLUMNS = tuple(f"{name}_p{q}_ms" for name in ("ttft", "tpot", "latency", "itl")
                            for q in PERCENTILES)
-"""Columns of a job's table with its percentiles (ms)."""
+"""Columns of a job's table with its percentiles (ms); ``itl``: the gaps between
+consecutive tokens of a request, pooled over all requests (``inter_token_gaps``)."""
 
 
 @dataclass(frozen=True)
@@ -345,8 +353,9 @@ class JobTiming:
     duration_s: float
     output_tokens: int
     percentiles_s: dict = field(default_factory=dict)
-    """``{"ttft_p50": s, "tpot_p99": s, ...}`` over the job's requests (TPOT over
-    those with more than one output token)."""
+    """``{"ttft_p50": s, "tpot_p99": s, "itl_p50": s, ...}`` over the job's requests
+    (TPOT over those with more than one output token; ITL over every gap between
+    two tokens of a request)."""
 
 
 def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming:
@@ -365,6 +374,8 @@ def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming
     per_request = {"ttft": first - sent, "tpot": tpot, "latency": last - sent}
     percentiles = {f"{name}_p{q}": float(np.percentile(values, q))
                    for name, values in per_request.items() for q in PERCENTILES}
+    gaps, counts = inter_token_gaps(plan, step_s)
+    percentiles.update({f"itl_p{q}": weighted_percentile(gaps, counts, q) for q in PERCENTILES})
     return JobTiming(ttft_s=float(np.mean(first - sent)), tpot_s=float(np.mean(tpot)),
                      latency_s=float(np.mean(last - sent)), duration_s=float(ends[-1]),
                      output_tokens=int(outputs.sum()), percentiles_s=percentiles)
@@ -473,3 +484,41 @@ def step_estimator(seconds, max_seqs: int, max_context: float, max_prefill_token
         return float((1 - a) * ((1 - b) * table[i, j] + b * table[i, j + 1])
                      + a * ((1 - b) * table[i + 1, j] + b * table[i + 1, j + 1]))
     return estimate
+
+
+def inter_token_gaps(plan: Schedule, step_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps between consecutive tokens of each request, pooled over the job,
+    as (gap seconds, how many): what a per-token latency percentile measures
+    (LMDeploy's ``profile_generation``, vLLM's ITL), where TPOT averages each
+    request's gaps first. A step that decodes gives each of its decoders one gap
+    of its length. A run of prefill steps that do not mix holds the running
+    requests: each gets one long gap, the run plus the decode step after it,
+    in place of that step's ordinary gap. Preempted requests' waits are not
+    counted apart (few gaps, where the pooled median does not see them)."""
+    counts = plan.decode_seqs * plan.steps
+    gaps, counts = list(step_s), list(counts.astype(float))
+    if plan.stalled is not None:
+        durations = plan.steps * step_s
+        run, held = 0.0, 0.0
+        for k in range(len(step_s)):
+            if plan.stalled[k] > 0 and plan.decode_seqs[k] == 0:
+                run, held = run + durations[k], plan.stalled[k]
+                continue
+            if held and plan.decode_seqs[k] > 0:
+                moved = min(held, counts[k])
+                counts[k] -= moved
+                gaps.append(run + step_s[k])
+                counts.append(moved)
+            run, held = 0.0, 0.0
+    return np.asarray(gaps, dtype=float), np.asarray(counts, dtype=float)
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of ``values`` each repeated ``weights`` times (the
+    lower value at a tie); NaN when nothing is weighted."""
+    keep = weights > 0
+    if not keep.any():
+        return float("nan")
+    order = np.argsort(values[keep], kind="stable")
+    ranked, cumulative = values[keep][order], np.cumsum(weights[keep][order])
+    return float(ranked[np.searchsorted(cumulative, q / 100.0 * cumulative[-1])])

@@ -209,8 +209,9 @@ def _scored(row, pred) -> dict:
         measured = optional_float(getattr(row, published, None)) if name != "throughput" \
             else scored["published_tokens_per_s_per_gpu"]
         value = float(getattr(pred, predicted))
-        median = optional_float(pred.get(f"{name}_p50_ms"))
-        if median is not None and math.isfinite(median) and _is_median(row, name):
+        column = _median_column(row, name)
+        median = None if column is None else optional_float(pred.get(column))
+        if median is not None and math.isfinite(median):
             value = median
         scored[f"published_{name}"] = measured
         scored[f"predicted_{name}"] = value
@@ -218,13 +219,19 @@ def _scored(row, pred) -> dict:
     return scored
 
 
-def _is_median(row, metric: str) -> bool:
-    """Whether the point publishes ``metric`` as a median across its requests: its
-    statistic is 'median', or names the metric after 'median' ('mean TTFT, median
-    TPOT'). A job's medians are then scored; a steady state or static batch has
-    only its means (all requests alike)."""
+def _median_column(row, metric: str) -> str | None:
+    """The job column that holds ``metric`` as the point publishes it, where that is
+    a median: its statistic is 'median', or names the metric after 'median' ('mean
+    TTFT, median TPOT': each request's TPOT, the median request), or 'median ITL'
+    for the TPOT (the median of every gap between two tokens, pooled over the
+    requests: ``job.inter_token_gaps``). None: the mean, which a steady state or
+    static batch has alone (all requests alike)."""
     statistic = str(getattr(row, "statistic", "") or "").lower()
-    return statistic == "median" or f"median {metric}" in statistic
+    if metric == "tpot" and "median itl" in statistic:
+        return "itl_p50_ms"
+    if statistic == "median" or f"median {metric}" in statistic:
+        return f"{metric}_p50_ms"
+    return None
 
 
 def _seed_order(table: pd.DataFrame) -> bool | None:

@@ -78,7 +78,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
         what = (f"continuous batching of a job of {_job_text(result.job)}: 'batch' is the "
                 "engine's cap on running sequences per replica, times are means over the "
                 "job's requests (p99: their 99th percentile; the csv and json add the "
-                "medians), throughput over its whole duration")
+                "medians and the inter-token gaps pooled over the requests, itl), "
+                "throughput over its whole duration")
     if e.decode_steps > 1:
         what += (f"; {e.decode_steps} decode steps per scheduler call "
                  f"({e.decode_steps_option} {e.decode_steps})")
