@@ -93,6 +93,12 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="In-flight engines: tokens one step may process, prompt chunks and decodes "
                    "(vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens, SGLang "
                    "--chunked-prefill-size); default the engine's.")
+@click.option("--kv-cache-tokens", type=int, default=None,
+              help="Paged engines: the KV pool of one replica in tokens, as set on the engine "
+                   "(vLLM --num-gpu-blocks-override x block size, SGLang --max-total-tokens, "
+                   "TensorRT-LLM KvCacheConfig max_tokens, LMDeploy cache_max_entry_count "
+                   "blocks x 128); a layout whose memory cannot hold it does not fit; default: "
+                   "what memory leaves.")
 @click.option("--batching", type=click.Choice(MODES), default=None,
               help="static: each batch served together start to end; continuous: requests "
                    "join and leave every step, steady state at a concurrency (default: the "
@@ -152,7 +158,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           gpus_per_node, input_len, output_len, input_len_std, output_len_std, dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
-          max_batched_tokens, batching, batch, concurrency,
+          max_batched_tokens, kv_cache_tokens, batching, batch, concurrency,
           request_rate, disaggregated, tp,
           pp, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
@@ -186,9 +192,10 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
     workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
-    engine = engines.with_max_batched_tokens(engines.with_mixed_prefill(
-        engines.with_decode_steps(engines.get_engine(engine_name), decode_steps), mixed_prefill),
-        max_batched_tokens)
+    engine = engines.with_kv_cache_tokens(engines.with_max_batched_tokens(
+        engines.with_mixed_prefill(engines.with_decode_steps(
+            engines.get_engine(engine_name), decode_steps), mixed_prefill), max_batched_tokens),
+        kv_cache_tokens)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

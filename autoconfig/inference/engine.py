@@ -28,6 +28,8 @@ BATCHING = ("static", "continuous")
 MAX_DECODE_STEPS = 256
 MAX_BATCHED_TOKENS = 1 << 20
 """Largest token budget per step accepted from the command line (a million tokens)."""
+MAX_KV_CACHE_TOKENS = 1 << 30
+"""Largest KV pool accepted from the command line (a billion tokens)."""
 """Largest --decode-steps asked (SGLang's docs show runs at 256)."""
 KV_CACHES = ("contiguous", "paged")
 
@@ -89,6 +91,12 @@ class Engine:
     disaggregated_prefill: bool
     sources: dict
     """field -> its source, for reports."""
+    kv_cache_tokens: int | None = None
+    """The KV pool of one replica in tokens, as its user set it (vLLM
+    ``--num-gpu-blocks-override`` x the block size, SGLang ``--max-total-tokens``,
+    TensorRT-LLM ``KvCacheConfig.max_tokens``, LMDeploy ``cache_max_entry_count``
+    blocks x ``cache_block_seq_len``); None: what memory leaves once the weights
+    and activations are placed (``memory.kv_capacity_tokens``)."""
 
     @property
     def continuous(self) -> bool:
@@ -253,6 +261,18 @@ def with_max_batched_tokens(engine: Engine, tokens: int | None) -> Engine:
         raise InputError(f"invalid --max-batched-tokens {tokens}: engine {engine.name} serves "
                          "static batches, with no token budget per step")
     return dataclasses.replace(engine, max_batched_tokens=tokens)
+
+
+def with_kv_cache_tokens(engine: Engine, tokens: int | None) -> Engine:
+    """``engine`` with a KV pool of ``tokens`` per replica (None: sized from memory);
+    one-line InputError for a bad value or an engine without a paged pool."""
+    if tokens is None:
+        return engine
+    tokens = _count("--kv-cache-tokens", tokens, MAX_KV_CACHE_TOKENS)
+    if not engine.paged:
+        raise InputError(f"invalid --kv-cache-tokens {tokens}: engine {engine.name} keeps a "
+                         "contiguous KV cache per sequence, with no pool to size")
+    return dataclasses.replace(engine, kv_cache_tokens=tokens)
 
 
 def get_engine(name: str | None) -> Engine:

@@ -392,7 +392,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
     ``job``: mean TTFT, TPOT and latency, the job's duration and its output
     tokens/s per replica, and whether its largest request fits the KV cache at all."""
     capacity = kv_capacity_tokens(model, workload, plans,
-                                  activation_tokens(engine, workload, len(plans)), cluster.gpu)
+                                  activation_tokens(engine, workload, len(plans)), cluster.gpu,
+                                  engine.kv_cache_tokens)
     rows = []
     for i in range(len(plans)):
         one = plans.take([i])

@@ -148,10 +148,13 @@ def kv_tokens_per_request(workload: InferenceWorkload, block_tokens: int | None,
 
 
 def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-                   activation_tokens, kv_tokens: float | None = None) -> InferenceMemory:
+                   activation_tokens, kv_tokens: float | None = None,
+                   pooled: bool = False) -> InferenceMemory:
     """Memory per GPU of every plan; ``activation_tokens``: tokens of the largest
     forward pass the latency model chose (array, one per plan); ``kv_tokens``:
-    KV tokens per request (default the whole sequence)."""
+    KV tokens per request (default the whole sequence). ``pooled``: the KV cache
+    is a pool of a size its user set, allocated once at start in whole blocks,
+    so it leaves no fragments (the allocator's overhead is on the rest)."""
     fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
     tp = plans.tp.astype(float)
     nbytes = workload.bytes_per_value
@@ -167,23 +170,30 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     activations = (tokens * per_token * ACTIVATION_BYTES
                    + plans.batch * model.vocab_size / tp * LOGITS_BYTES)
     allocated = weights + kv + activations
-    overhead = allocated * (fragmentation - 1.0) + context_bytes
+    overhead = (allocated - (kv if pooled else 0.0)) * (fragmentation - 1.0) + context_bytes
     return InferenceMemory(weights_bytes=weights, kv_cache_bytes=kv,
                            activation_bytes=activations, overhead_bytes=overhead,
                            total_bytes=allocated + overhead)
 
 
 def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-                       activation_tokens, gpu: GPU) -> np.ndarray:
+                       activation_tokens, gpu: GPU, pool_tokens: int | None = None) -> np.ndarray:
     """KV-cache tokens each plan's replica has room for once its weights,
     activations and overheads are placed (0 when they alone do not fit): the
-    pool a paged engine admits requests against."""
+    pool a paged engine admits requests against. ``pool_tokens``: the pool its
+    user set (``Engine.kv_cache_tokens``), allocated once and unfragmented
+    (``memory_per_gpu`` ``pooled``): the capacity where the room left beside the
+    rest holds it, 0 where it does not (the engine cannot allocate it and does
+    not start)."""
     fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
     fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
-    room = (usable_bytes(gpu) - context_bytes) / fragmentation \
-        - (fixed.weights_bytes + fixed.activation_bytes)
+    rest = fixed.weights_bytes + fixed.activation_bytes
     per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.bytes_per_value)
-    return np.maximum(room, 0.0) / per_token
+    if pool_tokens is None:
+        room = (usable_bytes(gpu) - context_bytes) / fragmentation - rest
+        return np.maximum(room, 0.0) / per_token
+    room = usable_bytes(gpu) - context_bytes - fragmentation * rest
+    return np.where(room >= pool_tokens * per_token, float(pool_tokens), 0.0)
 
 
 def fits(memory: InferenceMemory, gpu: GPU) -> np.ndarray:

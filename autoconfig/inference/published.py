@@ -42,7 +42,7 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "latency_ms", "throughput_tokens_per_s", "throughput_samples_per_s",
             "limit_ttft_ms", "limit_tpot_ms", "statistic", "num_requests", "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
-            "max_batched_tokens")
+            "max_batched_tokens", "kv_cache_tokens")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -112,6 +112,8 @@ def ask(row) -> pd.Series:
     engine = engines.with_mixed_prefill(engine, _mixed_prefill_cell(row.mixed_prefill))
     budget = optional_float(row.max_batched_tokens)
     engine = engines.with_max_batched_tokens(engine, None if budget is None else int(budget))
+    pool = optional_float(row.kv_cache_tokens)
+    engine = engines.with_kv_cache_tokens(engine, None if pool is None else int(pool))
     tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]

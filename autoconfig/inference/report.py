@@ -87,6 +87,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
         what += "; prefill-first: a prefill runs alone and the decodes wait for it"
     if e.continuous and e.max_batched_tokens != get_engine(e.name).max_batched_tokens:
         what += f"; {e.max_batched_tokens} tokens a step at most"
+    if e.kv_cache_tokens is not None:
+        what += f"; a KV pool of {e.kv_cache_tokens} tokens per replica"
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
@@ -141,6 +143,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "decode_steps": result.engine.decode_steps if result.engine else None,
             "mixed_prefill": result.engine.mixed_prefill if result.engine else None,
             "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
+            "kv_cache_tokens": result.engine.kv_cache_tokens if result.engine else None,
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}

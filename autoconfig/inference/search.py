@@ -216,7 +216,11 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     lat = latency(model, workload, plans, cluster, constants, engine, mode)
     kv_tokens = kv_tokens_per_request(workload, engine.kv_block_tokens if engine.paged else None,
                                       mode == "continuous")
-    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, kv_tokens)
+    held = _pool_held(engine, plans, kv_tokens)
+    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held,
+                         engine.kv_cache_tokens is not None)
+    fit = fits(mem, cluster.gpu) if engine.kv_cache_tokens is None else \
+        fits(mem, cluster.gpu) & (plans.batch * kv_tokens <= engine.kv_cache_tokens)
     gpus = (plans.tp * plans.pp).astype(float)
     requests_per_s = plans.batch / lat.latency_s
     tokens_per_s = requests_per_s * workload.output_len_tokens
@@ -237,8 +241,17 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
         "weights_gib": mem.weights_bytes / 2**30, "kv_cache_gib": mem.kv_cache_bytes / 2**30,
         "prefill_microbatches": lat.prefill_microbatches.astype(int),
         "decode_microbatches": lat.decode_microbatches.astype(int),
-        "fits": fits(mem, cluster.gpu),
+        "fits": fit,
     })
+
+
+def _pool_held(engine: Engine, plans, kv_tokens):
+    """KV tokens per request that memory holds: what each request needs, or, where
+    its user set the pool (``Engine.kv_cache_tokens``), the whole pool, which the
+    engine allocates at start, spread over the batch."""
+    if engine.kv_cache_tokens is None:
+        return kv_tokens
+    return engine.kv_cache_tokens / plans.batch.astype(float)
 
 
 def _limit_checks(limits: Limits):
@@ -384,9 +397,10 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
         table[f"{unit}_per_s_per_gpu"] = per_replica / gpus
         table[f"{unit}_per_s_total"] = per_replica * table["replicas"]
     table["job_duration_s"] = runs["duration_s"].to_numpy()
-    held = runs["peak_kv_tokens"].to_numpy() / plans.batch
+    held = _pool_held(engine, plans, runs["peak_kv_tokens"].to_numpy() / plans.batch)
     mem = memory_per_gpu(model, workload, plans,
-                         jobs.activation_tokens(engine, workload, len(plans)), held)
+                         jobs.activation_tokens(engine, workload, len(plans)), held,
+                         engine.kv_cache_tokens is not None)
     table["memory_gib"] = mem.total_bytes / 2**30
     table["kv_cache_gib"] = mem.kv_cache_bytes / 2**30
     return table
