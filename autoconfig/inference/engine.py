@@ -256,11 +256,9 @@ def with_max_batched_tokens(engine: Engine, tokens: int | None) -> Engine:
     ``--chunked-prefill-size``); one-line InputError for a bad value or a static engine."""
     if tokens is None or tokens == engine.max_batched_tokens:
         return engine
-    tokens = _count("--max-batched-tokens", tokens, MAX_BATCHED_TOKENS)
-    if not engine.continuous:
-        raise InputError(f"invalid --max-batched-tokens {tokens}: engine {engine.name} serves "
-                         "static batches, with no token budget per step")
-    return dataclasses.replace(engine, max_batched_tokens=tokens)
+    return _with_count(engine, "--max-batched-tokens", "max_batched_tokens", tokens,
+                       MAX_BATCHED_TOKENS, engine.continuous,
+                       "serves static batches, with no token budget per step")
 
 
 def with_kv_cache_tokens(engine: Engine, tokens: int | None) -> Engine:
@@ -268,11 +266,19 @@ def with_kv_cache_tokens(engine: Engine, tokens: int | None) -> Engine:
     one-line InputError for a bad value or an engine without a paged pool."""
     if tokens is None:
         return engine
-    tokens = _count("--kv-cache-tokens", tokens, MAX_KV_CACHE_TOKENS)
-    if not engine.paged:
-        raise InputError(f"invalid --kv-cache-tokens {tokens}: engine {engine.name} keeps a "
-                         "contiguous KV cache per sequence, with no pool to size")
-    return dataclasses.replace(engine, kv_cache_tokens=tokens)
+    return _with_count(engine, "--kv-cache-tokens", "kv_cache_tokens", tokens,
+                       MAX_KV_CACHE_TOKENS, engine.paged,
+                       "keeps a contiguous KV cache per sequence, with no pool to size")
+
+
+def _with_count(engine: Engine, flag: str, field: str, value, top: int, applies: bool,
+                refusal: str) -> Engine:
+    """``engine`` with ``field`` set to ``value`` checked as ``flag`` (1 to ``top``);
+    where the setting does not ``applies`` to the engine, InputError saying ``refusal``."""
+    value = _count(flag, value, top)
+    if not applies:
+        raise InputError(f"invalid {flag} {value}: engine {engine.name} {refusal}")
+    return dataclasses.replace(engine, **{field: value})
 
 
 def get_engine(name: str | None) -> Engine:
