@@ -305,8 +305,11 @@ def test_published_static_batches_past_the_pool_are_asked_as_jobs() -> None:
                        mixed_prefill=nan, max_batched_tokens=nan, statistic="mean")
     pred = ask(row)
     model, gpu = get_model("llama2-7b"), get_gpu("a100-80gb")
+    engine = engines.with_kv_cache_tokens(engines.get_engine(row.engine),
+                                          int(row.kv_cache_tokens))
+    assert 32 * (2048 + 2048) > engine.kv_cache_tokens      # the batch outgrows the pool
     direct = search(model, InferenceWorkload(2048, 2048, "bf16"), Cluster(gpu, 1, 1),
-                    engine=engines.get_engine("lmdeploy"), job=Job(32), max_batch=32,
+                    engine=engine, job=Job(32), max_batch=32,
                     pins=Pins((1,), (1,))).table.iloc[0]
     assert pred.tokens_per_s_per_gpu == pytest.approx(direct.tokens_per_s_per_gpu)
     assert pred.ttft_ms == pytest.approx(direct.ttft_ms)

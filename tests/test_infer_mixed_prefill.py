@@ -90,7 +90,7 @@ def test_steady_state_tpot_counts_the_prompts_forwards_when_they_run_alone():
 
 def test_every_engine_says_whether_it_mixes_and_why():
     expected = {"vllm": True, "tensorrt-llm": True, "megatron-core": True, "lmdeploy": True,
-                "sglang": False, "fastertransformer": False}
+                "lmdeploy-0.1": False, "sglang": False, "fastertransformer": False}
     for name in engines.names():
         e = engines.get_engine(name)
         assert e.mixed_prefill is expected[name]
@@ -107,13 +107,13 @@ def test_static_engines_refuse_a_mixing_override():
 def test_published_points_of_older_vllm_run_prefill_first():
     points = load_points(default_points_path())
     flagged = points[points["mixed_prefill"].astype(str).str.lower() == "false"]
-    assert len(flagged) >= 66 and set(flagged["engine"]) == {"vllm", "lmdeploy"}
-    vllm = flagged["engine"] == "vllm"
-    assert (vllm.sum() >= 18) and flagged[vllm]["source_location"].str.contains(
-        "prefill-first").all()
-    # LMDeploy v0.1.0a1 ran ContextDecode before the decode step: before PR 775 unified them
-    assert flagged[~vllm]["source_location"].str.contains(
-        "Unify prefill & decode passes").all()
+    assert len(flagged) >= 18 and set(flagged["engine"]) == {"vllm"}
+    assert flagged["source_location"].str.contains("prefill-first").all()
+    # LMDeploy v0.1.0a1 ran ContextDecode before the decode step (before PR 775 unified
+    # them): its points name that release's engine, which does not mix
+    old = points[points["engine"] == "lmdeploy-0.1"]
+    assert len(old) == 55 and old["source_location"].str.contains("v0.1.0a1").all()
+    assert not engines.get_engine("lmdeploy-0.1").mixed_prefill
     row = next(points[points["point_id"] == "J085"].itertuples())
     as_published = ask(row)
     as_v1 = ask(row._replace(mixed_prefill=np.nan))
@@ -195,9 +195,8 @@ def test_a_token_budget_override_reaches_the_schedule_and_the_report(tmp_path, c
 def test_published_points_carry_the_token_budget_their_source_states():
     points = load_points(default_points_path())
     stated = points[points["max_batched_tokens"].notna()]
-    lmdeploy_runs = points[(points["source_id"] == "SI08")
-                           & (points["statistic"] == "mean TTFT, median ITL")]
-    assert len(lmdeploy_runs) == 48
+    lmdeploy_runs = points[points["engine"] == "lmdeploy-0.1"]    # its scripts' budget
+    assert len(lmdeploy_runs) == 55
     assert dict(zip(stated["point_id"], stated["max_batched_tokens"].astype(int))) == {
         "J027": 4096, "J028": 1024, "J029": 16384, "J031": 1024,
         **{pid: 16416 for pid in lmdeploy_runs["point_id"]}}

@@ -22,29 +22,16 @@ the small messages of decode (vLLM ``custom_all_reduce``, TensorRT-LLM
   than TP 4 on a ring; the one-shot kernel pays two.
 """
 
-import math
 from functools import lru_cache
 
 import numpy as np
 
 from autoconfig.core.comm import ring_allreduce_s
-from autoconfig.errors import CatalogError
-from autoconfig.heuristics import heuristics_path, load_heuristics, sourced_number
-
-
-def _count_or_seconds(key: str, whole: bool) -> float:
-    """A number of heuristics/inference.yaml that must be >= 0 (and whole where
-    ``whole``): CatalogError naming the file and field otherwise."""
-    where = str(heuristics_path("inference"))
-    value = float(sourced_number(load_heuristics("inference"), key, where).value)
-    if not (math.isfinite(value) and value >= 0.0) or (whole and not value.is_integer()):
-        kind = "a whole number" if whole else "seconds"
-        raise CatalogError(f"{where}: field {key!r} value {value!r} must be {kind} >= 0")
-    return value
+from autoconfig.inference.constants import inference_constant
 
 
 def _seconds(key: str) -> float:
-    return _count_or_seconds(key, whole=False)
+    return inference_constant(key, "seconds")
 
 
 @lru_cache(maxsize=None)
@@ -61,7 +48,7 @@ def kernel_gpu_floor_s() -> float:
 @lru_cache(maxsize=None)
 def moe_block_extra_kernels() -> int:
     """Small kernels an MoE block launches beyond a dense MLP's (the kernel floor's count)."""
-    return int(_count_or_seconds("moe_block_extra_kernels", whole=True))
+    return int(inference_constant("moe_block_extra_kernels", "a count", whole=True))
 
 
 def one_shot_s(nbytes, n, link_bytes_per_s, sync_s):

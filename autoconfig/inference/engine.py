@@ -53,6 +53,12 @@ class Engine:
     Sarathi-Serve / Orca); False: prefill-first, a prefill forward runs alone and
     the decoding sequences wait for it (vLLM V0's default scheduler, SGLang
     without ``--enable-mixed-chunk``)."""
+    prefill_samples_first_token: bool
+    """The step that finishes a prompt samples its first token (every engine that
+    computes the last prompt token's logits in its prefill); False: the prefill
+    stops one token short and the next decode step, after every prompt the
+    scheduler admitted with it, samples the first token (TurboMind before its
+    unified prefill/decode pass)."""
     max_batched_tokens: int | None
     """Token budget of one engine step (prompt chunks plus decode tokens)."""
     max_num_seqs: int | None
@@ -154,10 +160,26 @@ def _launch_s(raw, cuda_graphs: bool, path: Path) -> float:
     return float(raw)
 
 
+def _engine_data(path: Path, seen: tuple = ()) -> dict:
+    """The engine file's mapping; with ``base: NAME`` the fields of that engine's
+    file, then this file's (an older release described by what changed)."""
+    data = load_yaml(path)
+    base = data.get("base")
+    if base is None:
+        return data
+    parent = engines_dir() / f"{base}.yaml"
+    if not isinstance(base, str) or not parent.is_file() or base in seen:
+        raise CatalogError(f"{path}: base {base!r} is not another engine file of "
+                           f"{engines_dir()}")
+    merged = {**_engine_data(parent, seen + (base,)), **data}
+    merged.pop("base")
+    return merged
+
+
 @lru_cache(maxsize=None)
 def _load(path_text: str) -> Engine:
     path = Path(path_text)
-    data = load_yaml(path)
+    data = _engine_data(path, (path.stem,))
     src: dict = {}
     num = (int, float)
     graphs = bool(_value(data, "cuda_graphs", path, src, (bool,)))
@@ -183,6 +205,8 @@ def _load(path_text: str) -> Engine:
         kv_block_tokens=block,
         chunked_prefill=bool(_value(data, "chunked_prefill", path, src, (bool,))),
         mixed_prefill=bool(_value(data, "mixed_prefill", path, src, (bool,))),
+        prefill_samples_first_token=bool(
+            _value(data, "prefill_samples_first_token", path, src, (bool,))),
         max_batched_tokens=tokens,
         max_num_seqs=seqs,
         kv_reserves_output=bool(_value(data, "kv_reserves_output", path, src, (bool,))),
@@ -285,7 +309,8 @@ def get_engine(name: str | None) -> Engine:
     """The engine ``name`` (default ``DEFAULT_ENGINE``); InputError naming the choices."""
     name = name or DEFAULT_ENGINE
     path = engines_dir() / f"{name}.yaml"
-    if not name.replace("-", "").replace("_", "").isalnum() or not path.is_file():
+    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum() \
+            or not path.is_file():
         raise InputError(f"unknown engine {name!r}: allowed are {', '.join(names())}")
     return _load(str(path))
 

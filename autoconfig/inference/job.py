@@ -107,18 +107,23 @@ class Schedule:
     stalled: np.ndarray | None = None
     """Per segment: running requests that wait through it without a token (a
     prefill step that does not mix), else None (none anywhere)."""
+    opened: np.ndarray | None = None
+    """Per segment: requests whose first token a decode step samples (an engine
+    whose prefill stops a token short), which are no gap; else None (none anywhere)."""
 
 
 class _Segments:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
         self.stalled: list[int] = []
+        self.opened: list[int] = []
 
     def add(self, steps, decode_seqs, decode_context, prefill_tokens, prefill_context,
-            logits_rows, stalled: int = 0) -> int:
+            logits_rows, stalled: int = 0, opened: int = 0) -> int:
         self.rows.append((steps, decode_seqs, decode_context, prefill_tokens, prefill_context,
                           logits_rows))
         self.stalled.append(stalled)
+        self.opened.append(opened)
         return len(self.rows) - 1
 
 
@@ -163,7 +168,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
              kv_capacity_tokens: float, budget_tokens: int | None, chunked: bool,
              reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
              clock: "_Clock | None" = None, decode_steps: int = 1,
-             mixed: bool = True) -> Schedule:
+             mixed: bool = True, first_in_prefill: bool = True) -> Schedule:
     """Which requests every engine step runs (module doc). ``budget_tokens``: the
     tokens one step may process, decodes included (None: no cap); ``chunked``:
     prompts are split to fill it, else whole prompts go while they fit (at least
@@ -186,7 +191,12 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
 
     ``mixed``: a step that prefills also decodes the running requests
     (``Engine.mixed_prefill``); else the prefill forward runs alone and they
-    wait for it, a token later."""
+    wait for it, a token later.
+
+    ``first_in_prefill``: the step that finishes a prompt samples its first
+    token (``Engine.prefill_samples_first_token``); else the prompt joins the
+    decoders without it and the next decode step, one step after every prompt
+    admitted with it is prefilled, samples it (TurboMind before its unified pass)."""
     timed = arrivals_s is not None
     n = len(inputs)
     sent_after = np.full(n, -1, dtype=np.int64)
@@ -203,6 +213,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     context = np.empty(0, dtype=np.float64)     # their KV tokens so far
     reserved = peak = 0.0
     segments = _Segments()
+    opening: list[int] = []                     # prefilled, first token from the next decode
     whole_request = inputs + outputs            # once: a job may hold tens of thousands
 
     def need(r: int) -> float:
@@ -246,25 +257,34 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     first.append(r)
             prefilling = [e for e in prefilling if e[1] < prompt[e[0]]]
             decoders = len(ids) if mixed else 0
+            # a mixed step decodes the prompts still waiting for their first token too
+            sampled = (first if first_in_prefill else []) + (opening if mixed else [])
             seg = segments.add(1, decoders, float(context.sum() / decoders + 0.5) if decoders
                                else 0.0,
                                tokens, weighted / tokens if tokens else 0.0,
-                               decoders + len(first), len(ids) - decoders)
+                               decoders + len(first if first_in_prefill else []),
+                               len(ids) - decoders - len(opening),
+                               opened=len(opening) if mixed else 0)
             if timed:
                 row = segments.rows[seg]
                 clock.advance(clock.step_s(row[1], row[3]))
-            for r in first:
+            for r in sampled:
                 if first_token[r] < 0:
                     first_token[r] = seg
+            if mixed:
+                opening = []
             new = np.array(first, dtype=np.int64)
             if mixed:                           # the running requests decoded a token each
                 left -= 1
                 context += 1.0
-            ids = np.concatenate([ids, new])    # the new ones' first token is the prompt's
-            left = np.concatenate([left, resume[new]])
-            context = np.concatenate([context, prompt[new].astype(np.float64) + 1.0])
+            # The new ones' first token is the prompt's, or the next decode step's.
+            held = 0 if first_in_prefill else 1
+            opening.extend([] if first_in_prefill else first)
+            ids = np.concatenate([ids, new])
+            left = np.concatenate([left, resume[new] + held])
+            context = np.concatenate([context, prompt[new].astype(np.float64) + 1.0 - held])
         else:
-            steps = int(left.min())
+            steps = 1 if opening else int(left.min())  # first tokens: one step, then on
             if timed:
                 one = clock.step_s(len(ids), 0)
                 if next_sent < n:               # stop at the next arrival
@@ -277,7 +297,11 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             if timed:
                 clock.advance(steps * one)
             seg = segments.add(steps, len(ids), float(context.sum() / len(ids) + steps / 2.0),
-                               0, 0.0, len(ids))
+                               0, 0.0, len(ids), opened=len(opening))
+            for r in opening:
+                if first_token[r] < 0:
+                    first_token[r] = seg
+            opening = []
             left -= steps
             context += steps
         ending = left <= 0
@@ -293,6 +317,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             r = int(ids[-1])                    # the newest running request is preempted
             prompt[r], resume[r] = int(context[-1]), int(left[-1]) - 1
             ids, left, context = ids[:-1], left[:-1], context[:-1]
+            if r in opening:                    # its first token comes after its recompute
+                opening.remove(r)
             waiting.appendleft(r)
             reserved = _held(ids, context, prefilling, prompt, whole_request, reserve_output)
         peak = max(peak, reserved)
@@ -309,7 +335,9 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     not_before_s=np.asarray(not_before, dtype=float) if timed else None,
                     sent_at_s=np.asarray(arrivals_s, dtype=float) if timed else None,
                     stalled=np.asarray(segments.stalled, dtype=float)
-                    if any(segments.stalled) else None)
+                    if any(segments.stalled) else None,
+                    opened=np.asarray(segments.opened, dtype=float)
+                    if any(segments.opened) else None)
 
 
 def _held(ids, context, prefilling, prompt, whole_request, reserve_output: bool) -> float:
@@ -417,7 +445,7 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
         plan = schedule(inputs, outputs, share.clients or share.requests, int(one.batch[0]),
                         float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
                         engine.kv_reserves_output, arrivals, clock, engine.decode_steps,
-                        engine.mixed_prefill)
+                        engine.mixed_prefill, engine.prefill_samples_first_token)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs)
@@ -497,6 +525,8 @@ def inter_token_gaps(plan: Schedule, step_s: np.ndarray) -> tuple[np.ndarray, np
     in place of that step's ordinary gap. Preempted requests' waits are not
     counted apart (few gaps, where the pooled median does not see them)."""
     counts = plan.decode_seqs * plan.steps
+    if plan.opened is not None:                 # a first token sampled by a decode step
+        counts = counts - plan.opened
     gaps, counts = list(step_s), list(counts.astype(float))
     if plan.stalled is not None:
         durations = plan.steps * step_s

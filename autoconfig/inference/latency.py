@@ -61,6 +61,8 @@ Kernels run one after another, each bound by its own compute or memory traffic
 ``s_out - 1`` decode steps:
 
     TTFT    = (m + pp - 1) * t_stage(prefill of b/m prompts) + prefill steps * overhead
+              (+ TPOT where the engine's prefill stops a token short and the first
+              decode step samples the first token: ``Engine.prefill_samples_first_token``)
     TPOT    = max(m, pp) * t_stage(decode of b/m) + overhead
     latency = TTFT + (s_out - 1) * TPOT
 
@@ -83,7 +85,8 @@ stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight:
 (half a run of ``k`` decode steps waiting for the scheduler, ``k =
 Engine.decode_steps``, 1 unless multi-step scheduling is asked: then the host
 overhead is paid once per run; then the prompt in chunks of the step's token
-budget, or whole where the engine does not chunk).
+budget, or whole where the engine does not chunk; then, where the engine's
+prefill stops a token short, the decode step that samples the first token).
 
 An engine that does not mix (``Engine.mixed_prefill`` False: prefill-first)
 runs the prompts as forwards of their own while the decodes wait: a decode
@@ -366,8 +369,10 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     rows = np.arange(len(plans))
     best_prefill = np.argmin(prefill, axis=1)
     best_decode = np.argmin(decode, axis=1)
-    ttft = prefill[rows, best_prefill]
     tpot = decode[rows, best_decode]
+    # An engine whose prefill stops a token short samples the first token in the
+    # first decode step.
+    ttft = prefill[rows, best_prefill] + (0.0 if engine.prefill_samples_first_token else tpot)
     return InferenceLatency(
         ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
         prefill_microbatches=m[rows, best_prefill], decode_microbatches=m[rows, best_decode],
@@ -410,6 +415,8 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     # one step, or a whole multi-step run of ``decode_steps``), then its chunks.
     ttft = engine.decode_steps * tpot / 2.0 + np.ceil(s_in / chunk) * (pp * chunk_step
                                                                         + overhead)
+    if not engine.prefill_samples_first_token:      # then the decode step that samples it
+        ttft = ttft + pp * step + engine.decode_step_overhead_s
     ones = np.ones(len(plans))
     ttft, tpot = ttft[:, 0], tpot[:, 0]
     return InferenceLatency(

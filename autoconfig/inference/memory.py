@@ -27,9 +27,13 @@
   logits of the last token of each request (4 V / t bytes; megatron-core's
   static inference materialises only the last token's logits,
   ``materialize_only_last_token_logits=True``).
-- overhead: allocator fragmentation and the CUDA context, NCCL and framework
-  buffers, ``(factor - 1) * allocated + context`` with megatron-core's
-  ``overhead`` entry of heuristics/memory.yaml (shared with training).
+- overhead: allocator fragmentation, ``(factor - 1) * allocated`` with
+  megatron-core's ``fragmentation_factor`` of heuristics/memory.yaml (shared
+  with training; a KV pool set at start is one allocation and leaves none),
+  plus the runtime's memory outside the allocator (``runtime_context_bytes``):
+  the CUDA context and library workspaces of every GPU, and communicator
+  buffers where the replica has peers (TP or PP > 1), as vLLM's memory profile
+  measured them (heuristics/inference.yaml).
 
 A plan fits when the sum is within the usable HBM of
 ``autoconfig.training.memory.usable_bytes``.
@@ -44,11 +48,13 @@ from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec, expert_params
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.core.plan import stage_kind_columns
+from autoconfig.inference.constants import inference_constant
 from autoconfig.training.memory import load_constants, stage_params, usable_bytes
 
 FRAMEWORK = "megatron-core"
-"""Whose allocator/context overhead of heuristics/memory.yaml applies: megatron-core's
+"""Whose allocator fragmentation of heuristics/memory.yaml applies: megatron-core's
 static inference runs in the same PyTorch caching allocator as its training."""
+GIB = float(1 << 30)
 ACTIVATION_BYTES = 2
 """bf16 activations (fp8 runs still keep activations in bf16)."""
 LOGITS_BYTES = 4
@@ -65,6 +71,20 @@ class InferenceMemory:
     overhead_bytes: np.ndarray
     """Allocator fragmentation and CUDA context/NCCL/framework buffers."""
     total_bytes: np.ndarray
+
+
+@lru_cache(maxsize=None)
+def _context_gib() -> tuple[float, float]:
+    return (inference_constant("runtime_context_gib", "GiB"),
+            inference_constant("communicator_buffers_gib", "GiB"))
+
+
+def runtime_context_bytes(plans: InferencePlanTable) -> np.ndarray:
+    """Device memory of each plan's GPU outside the caching allocator: the CUDA
+    context and library workspaces, plus communicator buffers where the replica
+    spans more than one GPU (none to allocate at TP 1 and PP 1)."""
+    alone, peers = _context_gib()
+    return (alone + np.where(plans.tp * plans.pp > 1, peers, 0.0)) * GIB
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp):
@@ -155,7 +175,8 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     KV tokens per request (default the whole sequence). ``pooled``: the KV cache
     is a pool of a size its user set, allocated once at start in whole blocks,
     so it leaves no fragments (the allocator's overhead is on the rest)."""
-    fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
+    fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
+    context_bytes = runtime_context_bytes(plans)
     tp = plans.tp.astype(float)
     nbytes = workload.bytes_per_value
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)
@@ -185,7 +206,8 @@ def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: Inf
     (``memory_per_gpu`` ``pooled``): the capacity where the room left beside the
     rest holds it, 0 where it does not (the engine cannot allocate it and does
     not start)."""
-    fragmentation, context_bytes = load_constants().overhead_of(FRAMEWORK)
+    fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
+    context_bytes = runtime_context_bytes(plans)
     fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
     rest = fixed.weights_bytes + fixed.activation_bytes
     per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.bytes_per_value)

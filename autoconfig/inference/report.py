@@ -85,6 +85,9 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
                  f"({e.decode_steps_option} {e.decode_steps})")
     if e.continuous and result.mode == "continuous" and not e.mixed_prefill:
         what += "; prefill-first: a prefill runs alone and the decodes wait for it"
+    if not e.prefill_samples_first_token:
+        what += ("; a prompt's first token comes from the decode step after its prefill "
+                 "(the prefill stops one token short)")
     if e.continuous and e.max_batched_tokens != get_engine(e.name).max_batched_tokens:
         what += f"; {e.max_batched_tokens} tokens a step at most"
     if e.kv_cache_tokens is not None:
@@ -142,6 +145,8 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "engine": result.engine.name if result.engine else None,
             "decode_steps": result.engine.decode_steps if result.engine else None,
             "mixed_prefill": result.engine.mixed_prefill if result.engine else None,
+            "prefill_samples_first_token": (result.engine.prefill_samples_first_token
+                                            if result.engine else None),
             "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
             "kv_cache_tokens": result.engine.kv_cache_tokens if result.engine else None,
             "batching": result.mode,
