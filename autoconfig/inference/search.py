@@ -219,8 +219,9 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     held = _pool_held(engine, plans, kv_tokens)
     mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held,
                          engine.kv_cache_tokens is not None)
-    fit = fits(mem, cluster.gpu) if engine.kv_cache_tokens is None else \
-        fits(mem, cluster.gpu) & (plans.batch * kv_tokens <= engine.kv_cache_tokens)
+    fit = fits(mem, cluster.gpu)
+    if engine.kv_cache_tokens is not None:          # and the batch's cache within the pool
+        fit = fit & (plans.batch * kv_tokens <= engine.kv_cache_tokens)
     gpus = (plans.tp * plans.pp).astype(float)
     requests_per_s = plans.batch / lat.latency_s
     tokens_per_s = requests_per_s * workload.output_len_tokens
