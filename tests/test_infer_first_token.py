@@ -152,5 +152,6 @@ def test_every_combination_counts_each_later_token_as_one_gap(mixed) -> None:
                             int(rng.integers(256, 2048)), bool(seed % 2), mixed=mixed,
                             first_in_prefill=first_in_prefill)
             assert (plan.first_token >= 0).all() and (plan.finished >= plan.first_token).all()
+            assert plan.stalled is None or (not mixed and (plan.stalled >= 0).all())
             _, counts = inter_token_gaps(plan, np.ones(len(plan.steps)))
             assert counts.sum() == (outputs - 1).sum()

@@ -257,18 +257,18 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     first.append(r)
             prefilling = [e for e in prefilling if e[1] < prompt[e[0]]]
             decoders = len(ids) if mixed else 0
-            # a mixed step decodes the prompts still waiting for their first token too
-            sampled = (first if first_in_prefill else []) + (opening if mixed else [])
+            own = first if first_in_prefill else []     # prompts this step samples
+            # A mixed step also decodes the prompts still waiting for their first token;
+            # a step that does not mix holds the running requests, those apart.
+            opened, held_back = (opening, 0) if mixed else ([], len(ids) - len(opening))
             seg = segments.add(1, decoders, float(context.sum() / decoders + 0.5) if decoders
                                else 0.0,
                                tokens, weighted / tokens if tokens else 0.0,
-                               decoders + len(first if first_in_prefill else []),
-                               len(ids) - decoders - len(opening),
-                               opened=len(opening) if mixed else 0)
+                               decoders + len(own), held_back, opened=len(opened))
             if timed:
                 row = segments.rows[seg]
                 clock.advance(clock.step_s(row[1], row[3]))
-            for r in sampled:
+            for r in own + opened:
                 if first_token[r] < 0:
                     first_token[r] = seg
             if mixed:
