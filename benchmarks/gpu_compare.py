@@ -1,5 +1,6 @@
 """Print how the model's kernel laws compare with the H100 measurements in
-benchmarks/gpu/ (made by benchmarks/gpu/run_device.sh; see its README.md).
+benchmarks/gpu/ and another card's in benchmarks/gpu/<card>/ (made by
+benchmarks/gpu/run_device.sh; see its README.md).
 
     python benchmarks/gpu_compare.py
 
@@ -9,7 +10,8 @@ benchmarks/gpu/ (made by benchmarks/gpu/run_device.sh; see its README.md).
 - fused attention: the efficiency ``step_time._flash_attention_times`` gives at
   each measured length (with and without the per-tile cost) against cuDNN's,
   and under ring context parallelism (one rank's kernels);
-- FP8 GEMM speed-up measured against ``fp8_gemm_speedup``;
+- FP8 GEMM speed-up measured against ``fp8_gemm_speedup``, and each FP8
+  recipe's GEMMs (per-tensor scales, 1x128 / 128x128 blocks) on an H200;
 - HBM copy bandwidth against ``hbm_efficiency``;
 - the profiling worker's measured steps (``autoconfig search --profile``) and
   inference steps (``autoconfig infer --profile``) beside what was predicted.
@@ -67,8 +69,8 @@ def gemm_report(gpu, constants) -> None:
           f"graph, {1e3 * small.eager_ms.median():.1f} us median launched one by one from Python")
 
 
-def attention_report(gpu, constants) -> None:
-    a = pd.read_csv(HERE / "attention.csv", dtype={"error": "string"}).fillna({"error": ""})
+def attention_report(gpu, constants, folder: Path = HERE) -> None:
+    a = pd.read_csv(folder / "attention.csv", dtype={"error": "string"}).fillna({"error": ""})
     a = a[(a.backend == "cudnn") & (a.head_dim == 128) & (a.error == "")]
     combined = 3.5 / (1.0 / a.fwd_tflops + 2.5 / a.bwd_tflops) / gpu.peak_bf16_tflops
     efficiency = constants.attention_efficiency_of(gpu)
@@ -116,6 +118,51 @@ def fp8_report(constants) -> None:
           f"model fp8_gemm_speedup {constants.fp8_gemm_speedup:.3f}")
 
 
+def step_mix(forward: float, backward: float) -> float:
+    """A training step's GEMM speed-up from its forward GEMM's and its two
+    gradient GEMMs' (each a third of the FLOPs)."""
+    return 3.0 / (1.0 / forward + 2.0 / backward)
+
+
+def fp8_recipe_report(folder: Path) -> float:
+    """Each Hopper FP8 recipe's GEMMs beside bf16 timed in the same process;
+    returns blockwise's step GEMM time over per-tensor scaling's (the figure
+    heuristics/fp8.yaml ``gemm_time_vs_per_tensor`` carries)."""
+    f = pd.read_csv(folder / "fp8_recipes.csv", dtype={"error": "string"}).fillna({"error": ""})
+    f = f[(f.error == "") & (f.m >= 4096) & (f.n >= 2048) & (f.k >= 2048)]
+    median = f.groupby(["scales", "accumulation"]).speedup_vs_bf16.median()
+    tensor = step_mix(median["per_tensor", "fast"], median["per_tensor", "split"])
+    # Transformer Engine Float8BlockScaling: forward and input gradient 1x128 by
+    # 128x128 blocks, weight gradient 1x128 by 1x128.
+    block = 3.0 / (2.0 / median["block_1x128_128x128", "split"]
+                   + 1.0 / median["block_1x128_1x128", "split"])
+    print(f"FP8 recipes' GEMMs over bf16 ({folder.name}, {len(f)} timings, M >= 4096, N, K >= "
+          "2048, medians): per-tensor " + f"{median['per_tensor', 'fast']:.2f}x fast accumulation,"
+          f" {median['per_tensor', 'split']:.2f}x split; blocks 1x128 by 128x128 "
+          f"{median['block_1x128_128x128', 'split']:.2f}x, 1x128 by 1x128 "
+          f"{median['block_1x128_1x128', 'split']:.2f}x")
+    print(f"  a training step's mix: per-tensor (delayed, tensorwise) {tensor:.2f}x, blockwise "
+          f"{block:.2f}x: blockwise GEMMs take {tensor / block:.3f} of per-tensor's time")
+    return tensor / block
+
+
+def other_card_report(folder: Path) -> None:
+    """The kernel measurements of another card (benchmarks/gpu/<card>/)."""
+    card = (folder / "device.txt").read_text().splitlines()[0]
+    gpu = get_gpu(folder.name)
+    constants = load_constants()
+    rate = float(pd.read_csv(folder / "hbm.csv").gb_per_s.iloc[0])
+    f = pd.read_csv(folder / "fp8_recipes.csv").drop_duplicates(["hidden", "tp", "gemm", "m"])
+    bf16 = 2.0 * f.m * f.n * f.k / (f.bf16_ms / 1e3) / (gpu.peak_bf16_tflops * 1e12)
+    print(f"{card}: HBM copy {rate:.0f} GB/s = {rate / gpu.hbm_bandwidth_gb_per_s:.2f} of the "
+          f"datasheet {gpu.hbm_bandwidth_gb_per_s:g}; bf16 GEMMs (forward, {len(f)} shapes) "
+          f"median {bf16.median():.3f} of the {gpu.peak_bf16_tflops:g} TFLOP/s peak")
+    fp8_recipe_report(folder)
+    attention_report(gpu, constants, folder)
+    if (folder / "train_gpt3-1.3b_profile.csv").exists():
+        worker_report(folder, card.removeprefix("NVIDIA "))
+
+
 def hbm_report(gpu, constants) -> None:
     h = pd.read_csv(HERE / "hbm.csv")
     e = pd.read_csv(HERE / "elementwise.csv")
@@ -127,16 +174,16 @@ def hbm_report(gpu, constants) -> None:
               for r in e.itertuples()))
 
 
-def worker_report() -> None:
-    t = pd.read_csv(HERE / "train_gpt3-1.3b_profile.csv")
-    print("training worker, gpt3 1.3b on one H100 (megatron-core 0.16.1 local spec, bf16):")
+def worker_report(folder: Path = HERE, card: str = "H100") -> None:
+    t = pd.read_csv(folder / "train_gpt3-1.3b_profile.csv")
+    print(f"training worker, gpt3 1.3b on one {card} (megatron-core 0.16.1 local spec, bf16):")
     for r in t.itertuples():
         print(f"  {r.plan:34s} step {r.step_time_s:.3f} s (predicted {r.predicted_step_time_s:.3f},"
               f" {r.step_time_error_pct:+.0f}%), peak {r.peak_memory_gib:.1f} GiB "
               f"(predicted {r.predicted_memory_gib:.1f}), measured rank {r.measured_rank} "
               f"predicted {int(r.predicted_rank)}")
     print("inference worker (megatron-core 0.16.1 static path, eager), input 512, output 64:")
-    for path in sorted(HERE.glob("infer_*_profile.csv")):
+    for path in sorted(folder.glob("infer_*_profile.csv")):
         i = pd.read_csv(path)
         for r in i.sort_values("batch").itertuples():
             print(f"  {r.run_model:10s} batch {r.batch:3d}: TPOT {r.measured_tpot_ms:5.1f} ms "
@@ -153,6 +200,9 @@ def main() -> int:
                    lambda: fp8_report(constants), lambda: hbm_report(gpu, constants),
                    worker_report):
         report()
+        print()
+    for folder in sorted(p for p in HERE.iterdir() if (p / "device.txt").exists()):
+        other_card_report(folder)
         print()
     return 0
 

@@ -10,6 +10,11 @@ Writes one CSV per kernel family to --out and prints a short summary:
   gradient (M x N by N x K) and weight gradient (N x M by M x K) GEMM;
 - ``gemm_fp8.csv``: the forward GEMMs again in FP8 (e4m3, per-tensor scales,
   ``torch._scaled_mm``) with and without fast accumulation;
+- ``fp8_recipes.csv``: the GEMMs of each FP8 training recipe Hopper runs
+  (per-tensor scales; 1x128 / 128x128 blocks) beside bf16 in the same process;
+- ``grouped_gemm.csv``: one rank's MoE expert GEMMs at published layouts
+  (per-expert cuBLAS loop as a CUDA graph, bf16 and FP8; PyTorch's grouped
+  GEMM; one GEMM of the same FLOPs);
 - ``attention.csv``: fused attention (PyTorch SDPA, cuDNN and FlashAttention
   back ends), head dim 64/128, causal and not, 1K to 128K tokens, forward and
   backward timed apart; TFLOP/s count the FLOPs the kernel executes (causal
@@ -220,6 +225,143 @@ def fp8_rows(deadline: float) -> list[dict]:
     return rows
 
 
+def _blockwise_scales(m: int, n: int, k: int, b_blocks: str):
+    """Candidate scale tensors for a 1x128-scaled A (M x K) times B (K x N, the
+    transpose of an N x K weight) scaled ``b_blocks`` ("128x128" or "1x128"):
+    cuBLASLt reads the scales outer-dimension-major, and which layout a PyTorch
+    build accepts differs between releases, so each is tried in turn."""
+    import torch
+
+    def rand(*shape):
+        return torch.rand(*shape, device="cuda", dtype=torch.float32) + 0.5
+
+    a_options = (rand(k // 128, m).t(), rand(m, k // 128))
+    if b_blocks == "128x128":
+        b_options = (rand(n // 128, k // 128).t(), rand(k // 128, n // 128))
+    else:
+        b_options = (rand(k // 128, n), rand(n, k // 128).t())
+    return [(a, b) for a in a_options for b in b_options]
+
+
+def fp8_recipe_rows(deadline: float) -> list[dict]:
+    """The GEMMs of the FP8 training recipes a Hopper GPU runs, beside bf16 in
+    the same process: per-tensor scales (``delayed`` and ``tensorwise``:
+    forward with fast accumulation, gradients without, as Transformer Engine
+    runs them) and ``blockwise`` (Transformer Engine Float8BlockScaling on
+    cuBLASLt: 1x128 activation blocks by 128x128 weight blocks for the forward
+    and input-gradient GEMMs, 1x128 by 1x128 for the weight gradient). The
+    shapes are a GPT layer's at h 4096/8192, TP 1/2/8, 4K and 16K tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    rows = []
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    for h in (4096, 8192):
+        for t in (1, 2, 8):
+            for name, n, k in layer_gemm_shapes(h, t):
+                for m in (4096, 16384):
+                    if time.monotonic() > deadline:
+                        return rows
+                    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                    base = {"hidden": h, "tp": t, "gemm": name, "m": m, "n": n, "k": k,
+                            "bf16_ms": round(_time_ms(lambda: x @ w.t()), 5)}
+                    a8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+                    x = w = None
+                    cases = [("per_tensor", "fast", [(one, one)], True),
+                             ("per_tensor", "split", [(one, one)], False),
+                             ("block_1x128_128x128", "split",
+                              _blockwise_scales(m, n, k, "128x128"), False),
+                             ("block_1x128_1x128", "split",
+                              _blockwise_scales(m, n, k, "1x128"), False)]
+                    for scales, accum, options, fast in cases:
+                        row = {**base, "scales": scales, "accumulation": accum,
+                               "ms": "", "tflops": "", "speedup_vs_bf16": "", "layout": "",
+                               "error": ""}
+                        calls = [(f"_scaled_mm {i}", lambda sa=sa, sb=sb: torch._scaled_mm(
+                            a8, w8.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+                            for i, (sa, sb) in enumerate(options)]
+                        if scales != "per_tensor" and hasattr(F, "scaled_mm"):
+                            recipe_b = (F.ScalingType.BlockWise128x128 if "128x128" in scales
+                                        else F.ScalingType.BlockWise1x128)
+                            calls += [(f"scaled_mm {i}", lambda sa=sa, sb=sb: F.scaled_mm(
+                                a8, w8.t(), sa, F.ScalingType.BlockWise1x128, sb, recipe_b,
+                                output_dtype=torch.bfloat16)) for i, (sa, sb) in enumerate(options)]
+                        for label, call in calls:
+                            try:
+                                ms = _time_ms(call)
+                            except (RuntimeError, ValueError, TypeError,
+                                    NotImplementedError) as err:
+                                row["error"] = str(err).splitlines()[0][:160]
+                                continue
+                            row.update(ms=round(ms, 5), layout=label, error="",
+                                       tflops=round(2.0 * m * n * k / ms / 1e9, 1),
+                                       speedup_vs_bf16=round(base["bf16_ms"] / ms, 3))
+                            break
+                        rows.append(row)
+                    a8 = w8 = None
+    return rows
+
+
+MOE_EXPERTS = (  # (model, hidden, expert FFN, local experts at the published EP)
+    ("qwen3-30b-a3b ep8", 2048, 768, 16), ("qwen3-30b-a3b ep16", 2048, 768, 8),
+    ("qwen3-235b-a22b ep32", 4096, 1536, 4), ("deepseek-v3 ep32", 7168, 2048, 8),
+    ("deepseek-v3 ep64", 7168, 2048, 4))
+
+
+def grouped_gemm_rows(deadline: float) -> list[dict]:
+    """One rank's MoE expert GEMMs (SwiGLU up: M x h by h x 2F; down: M x F by
+    F x h) for the local experts of published MoE layouts, M tokens per expert,
+    timed four ways: the experts one after another as cuBLAS GEMMs replayed in a
+    CUDA graph (how Transformer Engine's GroupedLinear runs them, launch cost
+    apart), the same in FP8 with per-tensor scales, PyTorch's grouped GEMM
+    (``torch._grouped_mm``, one CUTLASS kernel for all experts) where present,
+    and a single GEMM of all the experts' tokens against one expert's weights
+    (the same FLOPs at the total M: the ideal the grouped kernels approach)."""
+    import torch
+
+    rows = []
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    for model, h, f, g in MOE_EXPERTS:
+        for m in (1024, 4096, 16384):
+            for name, k, n in (("up", h, 2 * f), ("down", f, h)):
+                if time.monotonic() > deadline:
+                    return rows
+                xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(g)]
+                ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(g)]
+                flops = 2.0 * g * m * n * k
+                row = {"model": model, "gemm": name, "experts": g, "m_per_expert": m, "n": n,
+                       "k": k}
+                row["loop_graph_ms"] = _graph_ms(lambda: [x @ w.t() for x, w in zip(xs, ws)],
+                                                 replays=5)
+                big = torch.cat(xs)
+                row["one_gemm_ms"] = _time_ms(lambda: big @ ws[0].t())
+                x8 = [x.to(torch.float8_e4m3fn) for x in xs]
+                w8 = [w.to(torch.float8_e4m3fn) for w in ws]
+                row["fp8_loop_graph_ms"] = _graph_ms(lambda: [torch._scaled_mm(
+                    a, b.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+                    for a, b in zip(x8, w8)], replays=5)
+                row["grouped_ms"], row["error"] = "", ""
+                if hasattr(torch, "_grouped_mm"):
+                    offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * m
+                    wg = torch.stack(ws)
+                    try:
+                        row["grouped_ms"] = _time_ms(lambda: torch._grouped_mm(
+                            big, wg.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16))
+                    except (RuntimeError, ValueError, TypeError) as err:
+                        row["error"] = str(err).splitlines()[0][:160]
+                    wg = None
+                for key in ("loop_graph_ms", "one_gemm_ms", "fp8_loop_graph_ms", "grouped_ms"):
+                    if row[key] != "":
+                        row[key] = round(row[key], 5)
+                        row[key.replace("_ms", "_tflops")] = round(flops / row[key] / 1e9, 1)
+                    else:
+                        row[key.replace("_ms", "_tflops")] = ""
+                rows.append(row)
+                xs = ws = big = x8 = w8 = None
+    return rows
+
+
 def attention_rows(deadline: float) -> list[dict]:
     import torch
     import torch.nn.functional as F
@@ -322,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=200.0)
     parser.add_argument("--only", default="hbm,attention,gemm,gemm_fp8",
                         help="comma-separated sections: hbm, attention, gemm, gemm_fp8, "
-                             "graph_gemm, elementwise, ring_attention")
+                             "fp8_recipes, grouped_gemm, graph_gemm, elementwise, "
+                             "ring_attention")
     args = parser.parse_args(argv)
     import torch
 
@@ -335,7 +478,9 @@ def main(argv: list[str] | None = None) -> int:
           f"cuDNN {torch.backends.cudnn.version()}", flush=True)
     start = time.monotonic()
     # Shares of the budget by value: attention (long context) and bf16 GEMMs first.
-    plan = (("hbm", hbm_rows, None), ("attention", attention_rows, 0.3),
+    plan = (("hbm", hbm_rows, None), ("fp8_recipes", fp8_recipe_rows, 0.3),
+            ("grouped_gemm", grouped_gemm_rows, 0.8),
+            ("attention", attention_rows, 0.3),
             ("gemm", gemm_rows, 0.4), ("gemm_fp8", fp8_rows, 0.25),
             ("graph_gemm", graph_gemm_rows, 0.6), ("elementwise", elementwise_rows, 0.3),
             ("ring_attention", ring_attention_rows, 0.9))

@@ -597,6 +597,40 @@ def test_fp8_recipes_differ_by_their_quantisation_traffic_only():
     assert step("") == pytest.approx(times["mxfp8"])
 
 
+
+def test_blockwise_gemms_run_slower_on_hopper_only():
+    """Hopper applies 1x128 / 128x128 block scales in the GEMM's main loop
+    (measured 1.34x per-tensor's step GEMM time on an H200): a blockwise step
+    on an H100 is longer than a delayed one by that share of its GEMMs plus the
+    scales' cast traffic; on Blackwell, whose tensor cores apply block scales,
+    blockwise costs what MXFP8 does (the other recipe test)."""
+    from autoconfig.training.fp8 import gemm_time_vs_per_tensor
+    from autoconfig.training.step_time import _forward_times
+    h100 = get_gpu("h100-80gb")
+    cluster = cluster_from_gpus(h100, 8, 8)
+    p, fp8 = Plan(tp=1, pp=1, dp=8, mbs=1), Workload(64, 4096, "fp8")
+    c = load_constants()
+    slow = gemm_time_vs_per_tensor("blockwise", "hopper")
+    assert slow > 1.2
+    assert gemm_time_vs_per_tensor("blockwise", "blackwell") == 1.0
+    assert gemm_time_vs_per_tensor("tensorwise", "hopper") == 1.0
+
+    def layer(recipe):
+        sw = SoftwareFeatures(fp8_recipe=recipe)
+        return _forward_times(LLAMA_LIKE, fp8, PlanTable.from_plans([p]), h100, c, sw)
+
+    block, delayed = layer("blockwise"), layer("delayed")
+    assert block["weight_gemm"] == pytest.approx(delayed["weight_gemm"] * slow)
+    assert block["logits"] == pytest.approx(delayed["logits"] * slow)
+    assert block["attention"] == pytest.approx(delayed["attention"])
+
+    def step(recipe):
+        return one(p, workload=fp8, cluster=cluster, model=LLAMA_LIKE, constants=c,
+                   software=SoftwareFeatures(fp8_recipe=recipe))["step_time_s"]
+
+    assert step("blockwise") > 1.15 * step("tensorwise") > step("delayed")
+
+
 def test_fp8_recipe_is_checked_against_the_gpu_and_the_precision():
     from autoconfig.errors import InputError
     from autoconfig.training.fp8 import check_fp8_recipe, run_recipe

@@ -4,9 +4,10 @@ The recipe decides how Transformer Engine scales FP8 tensors (Megatron
 ``--fp8-recipe``): ``delayed`` (amax history of earlier steps), ``tensorwise``
 (current scaling: the tensor's own amax, one more pass over it), ``mxfp8``
 (a scale per 32 elements, Blackwell's block-scaled tensor cores) and
-``blockwise`` (1x128 / 128x128 blocks). The GEMMs run at the generation's FP8
-rate whatever the recipe; what differs is the quantisation traffic
-(heuristics/fp8.yaml ``cast_bytes_per_element``).
+``blockwise`` (1x128 / 128x128 blocks). Recipes differ in their quantisation
+traffic (heuristics/fp8.yaml ``cast_bytes_per_element``) and, where scales
+enter the GEMM's main loop in software (blockwise on Hopper), in the GEMMs'
+own speed (``gemm_time_vs_per_tensor``, measured).
 """
 
 from functools import lru_cache
@@ -64,6 +65,34 @@ def run_recipe(asked: str, gpu) -> str:
 def cast_bytes_per_element(recipe: str) -> float:
     """HBM bytes per GEMM-input element the recipe's quantisation moves."""
     return float(_table("cast_bytes_per_element")[recipe_name(recipe)])
+
+
+@lru_cache(maxsize=None)
+def _gemm_times() -> dict[str, dict[str, float]]:
+    data = load_heuristics("fp8")
+    where = str(heuristics_path("fp8"))
+    raw = data.get("gemm_time_vs_per_tensor")
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: missing mapping 'gemm_time_vs_per_tensor'")
+    table = {}
+    for generation, recipes in raw.items():
+        if not isinstance(recipes, dict):
+            raise CatalogError(f"{where}: gemm_time_vs_per_tensor {generation!r} is not a "
+                               "mapping of recipes")
+        table[generation] = {}
+        for recipe in recipes:
+            value = sourced_entry(recipes, recipe, where).value
+            if isinstance(value, str) or value < 1.0:
+                raise CatalogError(f"{where}: gemm_time_vs_per_tensor {generation}.{recipe} "
+                                   f"{value!r} is not a number >= 1")
+            table[generation][recipe_name(recipe, where)] = float(value)
+    return table
+
+
+def gemm_time_vs_per_tensor(recipe: str, generation: str) -> float:
+    """How much longer the recipe's FP8 GEMMs take than per-tensor scaling's on
+    ``generation`` (1.0 where the scales cost the GEMM nothing)."""
+    return _gemm_times().get(generation, {}).get(recipe_name(recipe), 1.0)
 
 
 def check_fp8_recipe(software, stack_features, workload, gpu) -> None:

@@ -51,7 +51,8 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
-from autoconfig.training.fp8 import cast_bytes_per_element, workload_recipe
+from autoconfig.training.fp8 import (cast_bytes_per_element, gemm_time_vs_per_tensor,
+                                      workload_recipe)
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures, grad_accum_bytes_per_param
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -542,7 +543,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     s = float(workload.seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    fp8 = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
+    fp8 = _gemm_speedup(c, workload, sw, gpu)
     tokens = b * s / cp
     timer = _gemm_timer(gpu, c)
 
@@ -642,7 +643,7 @@ def _cross_attention_times(model: ModelSpec, workload: Workload, plans: PlanTabl
     s_enc, s_dec = float(workload.seq_len), float(model.decoder_seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    fp8 = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
+    fp8 = _gemm_speedup(c, workload, sw, gpu)
     timer = _gemm_timer(gpu, c)
     gemms = 0.0
     for x in cross_attention_linears(model):
@@ -860,6 +861,17 @@ def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
     Zero without CP."""
     per_step = s * b / cp * model.hidden_size / t * (2.0 + 8.0) * 3.0
     return np.where(cp > 1, (cp - 1.0) * per_step / hbm_bytes_per_s, 0.0)
+
+
+def _gemm_speedup(c: PerfConstants, workload: Workload, sw: SoftwareFeatures, gpu: GPU) -> float:
+    """How much faster the run's weight GEMMs go than in bf16: 1 for bf16; for
+    FP8 the fitted per-tensor speed-up over the recipe's measured slow-down
+    (heuristics/fp8.yaml ``gemm_time_vs_per_tensor``: Hopper's blockwise GEMMs
+    apply their block scales in the main loop and run 1.34x longer)."""
+    recipe = workload_recipe(workload, sw, gpu)
+    if recipe is None:
+        return 1.0
+    return c.fp8_gemm_speedup / gemm_time_vs_per_tensor(recipe, gpu.generation)
 
 
 def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: float = 4.0):

@@ -18,20 +18,29 @@
 #             inference) on gpt3 1.3b
 #   infer2    the same on gpt3 350m and 6.7b (what part of a step does not shrink
 #             with the model)
+#   other     benchmarks/gpu_kernels.py on another card (a lent H200, 2026-11-27):
+#             HBM, the FP8 recipes' GEMMs beside bf16, fused attention,
+#             graph-replayed GEMMs, into other/
+#   moe       benchmarks/gpu_kernels.py: one rank's MoE expert GEMMs at published
+#             layouts (per-expert loop, FP8, grouped kernel), into moe/
+#   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
+gpu=${AC_GPU:-h100}
 out=${1:?usage: run_device.sh OUTDIR STAGE...}
 shift
 mkdir -p "$out"
 work=/tmp/ac-gpu
 rm -rf "$work" && mkdir -p "$work"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+if ls .whl/*.whl >/dev/null 2>&1; then  # the kernel stages need torch alone
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv
-python3 -c "import torch, megatron.core as m; print('torch', torch.__version__, 'mcore', m.__version__)"
+python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
 infer_profile() {  # size, folder
-    (cd "$work" && timeout 120 python3 -m autoconfig infer --model gpt3 --size "$1" --gpu h100 \
+    (cd "$work" && timeout 120 python3 -m autoconfig infer --model gpt3 --size "$1" --gpu "$gpu" \
         --gpus 1 --gpus-per-node 1 --engine megatron-core --input-len 512 --output-len 64 \
         --batch 1,8,32 --profile --device cuda --top-k 3 --max-minutes 2 --no-plots -o "$2")
     echo "inference $1 rc $?"
@@ -50,9 +59,15 @@ for stage in "$@"; do
             --only ring_attention ;;
     train)
         (cd "$work" && timeout 200 python3 -m autoconfig search --model gpt3 --size 1.3b \
-            --gpu h100 --gpus-per-node 1 --nodes 1 --gbs 16 --seq-len 2048 --no-fused-attention \
+            --gpu "$gpu" --gpus-per-node 1 --nodes 1 --gbs 16 --seq-len 2048 --no-fused-attention \
             --no-gradient-accumulation-fusion --profile --device cuda --executor local \
             --top-k 4 --max-steps 5 --warmup-steps 2 --max-minutes 3 --no-plots -o train) ;;
+    other)
+        timeout 300 python3 benchmarks/gpu_kernels.py --out "$work/other" --budget-s 220 \
+            --only hbm,fp8_recipes,attention,graph_gemm ;;
+    moe)
+        timeout 120 python3 benchmarks/gpu_kernels.py --out "$work/moe" --budget-s 90 \
+            --only grouped_gemm ;;
     infer)
         infer_profile 1.3b infer ;;
     infer2)
