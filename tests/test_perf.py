@@ -598,6 +598,31 @@ def test_fp8_recipes_differ_by_their_quantisation_traffic_only():
 
 
 
+def test_fp8_gemms_gain_less_when_small():
+    """FP8 speeds a GEMM's compute up and halves its inputs' bytes, not its bf16
+    output's: a large square GEMM gains nearly the full speed-up, a thin one
+    (an MoE expert's K = 768 down projection at 1K tokens) less: 1.57x here,
+    1.34x measured on an H200 (benchmarks/gpu/h200/grouped_gemm.csv, against
+    1.7-2.0x for DeepSeek-V3's experts); bf16 is unchanged by the FP8 terms."""
+    peak, eff, f = 989e12, 0.7, 0.5
+    ridge = peak / (3350e9 / 2)
+
+    def gain(m, n, k, speedup=1.8):
+        flops = 2.0 * m * n * k
+        bf16 = gemm_time_s(flops, m, n, k, peak, eff, ridge, f)
+        assert bf16 == gemm_time_s(flops, m, n, k, peak, eff, ridge, f, None)
+        return bf16 / gemm_time_s(flops, m, n, k, peak, eff, ridge, f, speedup)
+
+    large, thin = gain(16384, 16384, 16384), gain(1024, 2048, 768)
+    assert 1.7 < large < 1.8
+    assert thin < 1.6 < large
+    # exactly the roofline's terms: compute over the speed-up, half the input bytes
+    m, n, k = 1024.0, 2048.0, 768.0
+    fp8 = gemm_time_s(2 * m * n * k, m, n, k, peak, eff, ridge, f, 1.8)
+    assert fp8 == pytest.approx(2 * m * n * k / (eff * peak)
+                                * (1 / 1.8 + f * ridge * (0.5 / m + 0.5 / n + 1 / k)))
+
+
 def test_blockwise_gemms_run_slower_on_hopper_only():
     """Hopper applies 1x128 / 128x128 block scales in the GEMM's main loop
     (measured 1.34x per-tensor's step GEMM time on an H200): a blockwise step
@@ -620,8 +645,9 @@ def test_blockwise_gemms_run_slower_on_hopper_only():
         return _forward_times(LLAMA_LIKE, fp8, PlanTable.from_plans([p]), h100, c, sw)
 
     block, delayed = layer("blockwise"), layer("delayed")
-    assert block["weight_gemm"] == pytest.approx(delayed["weight_gemm"] * slow)
-    assert block["logits"] == pytest.approx(delayed["logits"] * slow)
+    # the slow-down is the compute's; the operands' bytes move as fast as before
+    for part in ("weight_gemm", "logits"):
+        assert delayed[part] * 1.1 < block[part] < delayed[part] * slow
     assert block["attention"] == pytest.approx(delayed["attention"])
 
     def step(recipe):

@@ -20,8 +20,8 @@ Kernels run one after another, each bound by its own compute or memory traffic
   efficiency of a GEMM as tall as the step's tokens, ``1 + f r (1/M + 1/N +
   1/K)`` slower, the same law training is validated with. A 128-token prompt
   pays about 2x, a 2,048-token one about 1.1x: short prompts are not
-  compute-bound at the large-GEMM rate. fp8 weights run ``fp8_gemm_speedup``
-  faster, as in training (tried instead: the forward-only FP8 GEMM speed
+  compute-bound at the large-GEMM rate. fp8 weights compute ``fp8_gemm_speedup``
+  faster and read half the input bytes, as in training (``gemm_time_s``; tried instead: the forward-only FP8 GEMM speed
   measured on an H100, 1.84x, benchmarks/gpu/gemm_fp8.csv; TensorRT-LLM's H200
   offline rows moved from 13-23% low to 2-14% low, but its H100 rows from
   -5..+11% to +5..+24% and vLLM's FP8 rows from 7-42% to 18-52% high, FP8
@@ -189,13 +189,13 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     tokens = n_d + n_p
     nbytes = workload.bytes_per_value
 
-    speedup = c.fp8_gemm_speedup if workload.precision == "fp8" else 1.0
+    speedup = c.fp8_gemm_speedup if workload.precision == "fp8" else None
     peak = gpu.peak_bf16_tflops * 1e12
     eff = c.efficiency_max(gpu)
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
 
     def timer(flops, m, n, k):
-        return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor)
+        return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor, speedup)
 
     dense, moe = _gemms_s(model, tp, n_d, n_p, timer)
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)[:, None]
@@ -212,7 +212,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
         * n_d
     prefill_attention = layers / tp * attention_core_flops_per_token(
         model, load.prefill_context) * n_p
-    gemm_compute = (layers * layer_gemms + logits) / speedup
+    gemm_compute = layers * layer_gemms + logits
 
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9
     kv_per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)[:, None]
@@ -234,7 +234,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
-    floor = _kernel_floor_excess_s(model, tp, n_d, n_p, timer, speedup,
+    floor = _kernel_floor_excess_s(model, tp, n_d, n_p, timer,
                                    nbytes / (hbm * c.hbm_efficiency), engine.kernels_per_layer)
     gpu_s = gemms + attention + tp_comm + p2p + ep_comm + layers * floor
     launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
@@ -242,7 +242,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
 
 
 def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer,
-                           speedup: float, seconds_per_weight: float, kernels_per_layer: int):
+                           seconds_per_weight: float, kernels_per_layer: int):
     """Seconds one layer's kernels spend beyond their rooflines because none
     runs shorter than ``kernel_gpu_floor_s`` (heuristics/inference.yaml): each
     kernel's time is max(roofline, floor), so a weight GEMM adds ``floor - its
@@ -262,7 +262,7 @@ def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, 
     small = max(kernels_per_layer - COUNTED_GEMMS - ALLREDUCES_PER_LAYER, 0)
 
     def excess(gemms, others: int) -> object:
-        short = sum(np.maximum(0.0, floor - np.maximum(both(flops, n, k) / speedup,
+        short = sum(np.maximum(0.0, floor - np.maximum(both(flops, n, k),
                                                        n * k * seconds_per_weight))
                     for flops, n, k, _ in gemms)
         return short + others * floor

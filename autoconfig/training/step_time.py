@@ -217,16 +217,28 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         **tiles, **{k: float(sourced_number(data, k, path)) for k in scalars})
 
 
-def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_factor):
+def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_factor,
+                fp8_speedup=None):
     """Time of GEMMs with ``flops`` work and shape M x K by K x N.
 
     Roofline with additive memory time (Williams et al. 2009): a GEMM moves at
     least (MK + KN + MN) elements for 2MNK FLOPs, so
     t = flops / (eff_max * peak) * (1 + f * r * (1/M + 1/N + 1/K)),
-    with r = peak / (2 * HBM elements/s) the ridge point per element and
-    ``f`` a fitted factor for tiling and cache reuse.
+    with r = peak / (2 * HBM elements/s) the ridge point per bf16 element and
+    ``f`` a fitted factor for tiling and cache reuse. Each term is one operand's
+    bytes: 1/M the weights (N K elements), 1/N the activations (M K), 1/K the
+    output (M N).
+
+    FP8 (``fp8_speedup`` the tensor cores' gain over bf16): the compute runs
+    that much faster and both inputs are 1-byte elements, so their terms halve,
+    while the bf16 output moves as before:
+    t = flops / (eff_max * peak) * (1/speedup + f * r * (1/2M + 1/2N + 1/K)).
+    So a small or thin GEMM gains less than a large one (measured on an H200,
+    benchmarks/gpu/h200/grouped_gemm.csv: Qwen3-30B-A3B's experts 1.34-1.68x
+    bf16, DeepSeek-V3's 1.71-1.97x).
     """
-    penalty = 1.0 + size_factor * ridge_flop_per_elem * (1.0 / m + 1.0 / n + 1.0 / k)
+    compute, inputs = (1.0, 1.0) if fp8_speedup is None else (1.0 / fp8_speedup, 0.5)
+    penalty = compute + size_factor * ridge_flop_per_elem * (inputs / m + inputs / n + 1.0 / k)
     return flops / (eff_max * peak_flops) * penalty
 
 
@@ -244,15 +256,17 @@ def wave_quantization(m, n, tile_m: float, tile_n: float, sm_count: int):
     return waves * sm_count * tile_m * tile_n / (m * n)
 
 
-def _gemm_timer(gpu: GPU, c: PerfConstants):
+def _gemm_timer(gpu: GPU, c: PerfConstants, fp8_speedup: float | None = None):
     """seconds(flops, m, n, k) of GEMMs on one GPU: ``gemm_time_s``'s roofline at
-    the generation's efficiency, times ``wave_quantization``."""
+    the generation's efficiency, times ``wave_quantization``; FP8 GEMMs where
+    ``fp8_speedup`` is given (``_fp8_speedup``)."""
     peak = gpu.peak_bf16_tflops * 1e12
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
     eff = c.efficiency_max(gpu)
 
     def seconds(flops, m, n, k):
-        return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor) * \
+        return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor,
+                           fp8_speedup) * \
             wave_quantization(m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
     return seconds
 
@@ -543,14 +557,17 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     s = float(workload.seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    fp8 = _gemm_speedup(c, workload, sw, gpu)
     tokens = b * s / cp
     timer = _gemm_timer(gpu, c)
+    weight_timer = _gemm_timer(gpu, c, _fp8_speedup(c, workload, sw, gpu))
 
     def gemm(flops_per_token, n, k, m=tokens):
         return timer(flops_per_token * tokens, m, n, k)
 
-    gemms = [gemm(fl, n, k, m=tokens * scale) / fp8
+    def weight_gemm_s(flops_per_token, n, k, m=tokens):
+        return weight_timer(flops_per_token * tokens, m, n, k)
+
+    gemms = [weight_gemm_s(fl, n, k, m=tokens * scale)
              for fl, n, k, scale in _layer_gemms(model, t, ffn)]
     weight_gemm = sum(gemms)
     names = [x.name for x in attention_linears(model)]
@@ -574,12 +591,13 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         total = total + _fp8_cast_bytes_per_layer(
             model, tokens, t, cast_bytes_per_element(workload_recipe(workload, sw, gpu)))
     factor = c.elementwise_traffic_factor / hbm
-    logits = gemm(2.0 * model.hidden_size * model.vocab_size / t,
-                  model.vocab_size / t, model.hidden_size) / fp8
+    logits = weight_gemm_s(2.0 * model.hidden_size * model.vocab_size / t,
+                           model.vocab_size / t, model.hidden_size)
     loss = tokens * model.vocab_size / t * c.cross_entropy_bytes(sw.cross_entropy) / hbm
     extra, traffic = {}, 0.0
     if kind == "moe":
-        block = _moe_block_times(model, workload, plans, cluster, c, sw, gemm, fp8, tokens)
+        block = _moe_block_times(model, workload, plans, cluster, c, sw, gemm, weight_gemm_s,
+                                 tokens)
         weight_gemm = weight_gemm + block["gemm"]
         mlp_fwd = block["gemm"] + block["traffic_s"]
         # The dense MLP's share of the elementwise traffic goes; the MoE block's
@@ -643,13 +661,13 @@ def _cross_attention_times(model: ModelSpec, workload: Workload, plans: PlanTabl
     s_enc, s_dec = float(workload.seq_len), float(model.decoder_seq_len)
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    fp8 = _gemm_speedup(c, workload, sw, gpu)
     timer = _gemm_timer(gpu, c)
+    weight_timer = _gemm_timer(gpu, c, _fp8_speedup(c, workload, sw, gpu))
     gemms = 0.0
     for x in cross_attention_linears(model):
         tokens = b * (s_enc if x.name == "cross_kv" else s_dec)
         flops, n, k, scale = _linear_gemm(x, t)
-        gemms = gemms + timer(flops * tokens * scale, tokens * scale, n, k) / fp8
+        gemms = gemms + weight_timer(flops * tokens * scale, tokens * scale, n, k)
     core_flops = 4.0 * s_enc * model.q_width / t * b * s_dec
     if sw.flash_attention:
         core = core_flops / (peak * c.attention_efficiency_of(gpu, sw.attention_kernel))
@@ -672,9 +690,11 @@ def _dense_mlp_bytes(model: ModelSpec, tokens, t, sp):
 
 
 def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: Cluster,
-                     c: PerfConstants, sw: SoftwareFeatures, gemm, fp8: float,
+                     c: PerfConstants, sw: SoftwareFeatures, gemm, weight_gemm,
                      tokens) -> dict:
     """Forward seconds and bytes of one MoE block (in place of the MLP) on one GPU.
+    ``gemm`` times bf16 GEMMs (the router), ``weight_gemm`` the run's precision
+    (the experts, the shared experts).
 
     Tokens: with sequence parallelism each of the tp ranks routes its 1/t of
     the micro-batch's s b / cp tokens (``tokens``). Each token goes to top-k
@@ -711,14 +731,14 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
     copies = local * k * etp
     per_expert = copies * ep / n_exp
     load = sw.moe_expert_load
-    expert_up = gemm(2.0 * h * up * ffn_e * k / t * load, up * ffn_e / etp, h,
-                     m=per_expert) / fp8
-    expert_down = gemm(2.0 * ffn_e * h * k / t * load, h, ffn_e / etp, m=per_expert) / fp8
+    expert_up = weight_gemm(2.0 * h * up * ffn_e * k / t * load, up * ffn_e / etp, h,
+                            m=per_expert)
+    expert_down = weight_gemm(2.0 * ffn_e * h * k / t * load, h, ffn_e / etp, m=per_expert)
     router = gemm(2.0 * h * n_exp / t, n_exp + 0.0 * t, h, m=local)
     shared_up = shared_down = 0.0
     if model.moe_shared_expert_ffn_hidden_size:
         shared = mlp_linears(model, model.moe_shared_expert_ffn_hidden_size)
-        shared_up, shared_down = (gemm(fl, n, kk, m=tokens * scale) / fp8
+        shared_up, shared_down = (weight_gemm(fl, n, kk, m=tokens * scale)
                                   for fl, n, kk, scale in (_linear_gemm(x, t) for x in shared))
     hbm = cluster.gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
     traffic = copies * _routed_copy_bytes(model, workload.precision == "fp8", etp) * load / hbm
@@ -863,14 +883,16 @@ def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
     return np.where(cp > 1, (cp - 1.0) * per_step / hbm_bytes_per_s, 0.0)
 
 
-def _gemm_speedup(c: PerfConstants, workload: Workload, sw: SoftwareFeatures, gpu: GPU) -> float:
-    """How much faster the run's weight GEMMs go than in bf16: 1 for bf16; for
-    FP8 the fitted per-tensor speed-up over the recipe's measured slow-down
-    (heuristics/fp8.yaml ``gemm_time_vs_per_tensor``: Hopper's blockwise GEMMs
-    apply their block scales in the main loop and run 1.34x longer)."""
+def _fp8_speedup(c: PerfConstants, workload: Workload, sw: SoftwareFeatures,
+                 gpu: GPU) -> float | None:
+    """How much faster the run's FP8 weight GEMMs compute than bf16 ones (None
+    for a bf16 run): the fitted per-tensor speed-up over the recipe's measured
+    slow-down (heuristics/fp8.yaml ``gemm_time_vs_per_tensor``: Hopper's
+    blockwise GEMMs apply their block scales in the main loop and run 1.34x
+    longer)."""
     recipe = workload_recipe(workload, sw, gpu)
     if recipe is None:
-        return 1.0
+        return None
     return c.fp8_gemm_speedup / gemm_time_vs_per_tensor(recipe, gpu.generation)
 
 
