@@ -1,9 +1,12 @@
-"""Parsing of human-written counts such as ``175b`` or ``300B`` tokens."""
+"""Parsing of human-written counts such as ``175b`` or ``300B`` tokens, and units."""
 
 import math
 import re
 
 from autoconfig.errors import InputError
+
+GIB = float(1 << 30)
+"""Bytes in a GiB (what the memory figures, nvidia-smi and PyTorch's allocator report)."""
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)

@@ -116,6 +116,20 @@ def fp8_report(constants) -> None:
     print(f"FP8 GEMMs (per-tensor scales, M >= 4096, N, K >= 2048): {fast:.2f}x bf16 with fast "
           f"accumulation, {split:.2f}x without; a training step's mix {training:.2f}x; "
           f"model fp8_gemm_speedup {constants.fp8_gemm_speedup:.3f}")
+    # The roofline's FP8 gain by shape (compute over the speed-up, 1-byte inputs,
+    # bf16 output) against the measured one, all shapes, at the measured large gain.
+    a = f[f.fast_accum].merge(bf16, on=["hidden", "tp", "gemm", "m"])
+    gpu = get_gpu("h100-80gb")
+    peak = gpu.peak_bf16_tflops * 1e12
+    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+    flops = 2.0 * a.m * a.n * a.k
+    args = (a.m, a.n, a.k, peak, 1.0, ridge, constants.gemm_size_factor)
+    law = gemm_time_s(flops, *args) / gemm_time_s(flops, *args, fast)
+    measured = a.bf16 / a.ms
+    print(f"  the roofline's FP8 gain by shape against the measured ({len(a)} forward GEMMs): "
+          f"correlation {np.corrcoef(law, measured)[0, 1]:.2f}, MAPE "
+          f"{100 * np.abs(law / measured - 1).mean():.1f}% (one gain for all: "
+          f"{100 * np.abs(fast / measured - 1).mean():.1f}%)")
 
 
 def step_mix(forward: float, backward: float) -> float:

@@ -164,6 +164,14 @@ class _Clock:
         self.now, self.guessed, self.synced = self.end, 0.0, len(rows)
 
 
+def _mark_first_tokens(first_token: np.ndarray, requests, segment: int) -> None:
+    """Record ``segment`` as the step that gave ``requests`` their first token,
+    for those that have none yet (a recomputed request keeps its first)."""
+    for r in requests:
+        if first_token[r] < 0:
+            first_token[r] = segment
+
+
 def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: int,
              kv_capacity_tokens: float, budget_tokens: int | None, chunked: bool,
              reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
@@ -268,9 +276,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             if timed:
                 row = segments.rows[seg]
                 clock.advance(clock.step_s(row[1], row[3]))
-            for r in own + opened:
-                if first_token[r] < 0:
-                    first_token[r] = seg
+            _mark_first_tokens(first_token, own + opened, seg)
             if mixed:
                 opening = []
             new = np.array(first, dtype=np.int64)
@@ -298,9 +304,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                 clock.advance(steps * one)
             seg = segments.add(steps, len(ids), float(context.sum() / len(ids) + steps / 2.0),
                                0, 0.0, len(ids), opened=len(opening))
-            for r in opening:
-                if first_token[r] < 0:
-                    first_token[r] = seg
+            _mark_first_tokens(first_token, opening, seg)
             opening = []
             left -= steps
             context += steps

@@ -50,11 +50,11 @@ from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.core.plan import stage_kind_columns
 from autoconfig.inference.constants import inference_constant
 from autoconfig.training.memory import load_constants, stage_params, usable_bytes
+from autoconfig.units import GIB
 
 FRAMEWORK = "megatron-core"
 """Whose allocator fragmentation of heuristics/memory.yaml applies: megatron-core's
 static inference runs in the same PyTorch caching allocator as its training."""
-GIB = float(1 << 30)
 ACTIVATION_BYTES = 2
 """bf16 activations (fp8 runs still keep activations in bf16)."""
 LOGITS_BYTES = 4

@@ -14,11 +14,10 @@ import pandas as pd
 from autoconfig.core.plan import PLAN_FIELDS, Plan, plan_label
 from autoconfig.profiling import store
 from autoconfig.profiling.rank import rank_measured
-from autoconfig.units import optional_float
+from autoconfig.units import GIB, optional_float
 
 REPORT_CSV = "profile_report.csv"
 REPORT_MD = "profile_report.md"
-GIB = 1024 ** 3
 
 CPU_NOTE = ("CPU run: every plan ran on a scaled-down proxy of the model on CPU (gloo). These figures "
             "rank plans against each other and prove they run; they are NOT GPU figures, so no "

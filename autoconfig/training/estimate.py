@@ -6,7 +6,8 @@ from autoconfig.core.plan import PlanTable
 from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, encoder_decoder_memory,
                                         stage_breakdown, usable_bytes)
 from autoconfig.training.step_time import step_time
-from autoconfig.training.search import GIB, MEMORY_FIELDS, TIME_FIELDS, evaluate
+from autoconfig.training.search import MEMORY_FIELDS, TIME_FIELDS, evaluate
+from autoconfig.units import GIB
 from autoconfig.training.space import check_plan
 from autoconfig.training.stack import SoftwareFeatures, check_runnable, grad_reduce_dtype
 

@@ -25,9 +25,9 @@ from autoconfig.training.space import (R_DP, R_EP_DENSE, R_EP_EXPERTS, R_ETP_FFN
                                        enumerate_plans)
 from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, cannot_run_error,
                                        load_stack, plan_feature_masks)
+from autoconfig.units import GIB
 
 OBJECTIVES = ("throughput", "memory")
-GIB = 2.0 ** 30
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
 TIME_FIELDS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
