@@ -22,7 +22,8 @@ PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 3.3, "S08": 3.0, "S09": 6.5, "
 """Since the FP8 GEMM roofline reads its inputs as 1-byte elements (step_time.gemm_time_s;
 small and thin FP8 GEMMs gain less, as measured on an H200) and the constants were
 refitted: S08 3.3% -> 3.0%, S18 6.4% -> 6.0%, S19 10.2% -> 9.8%, S15 14.4% -> 14.3%,
-S01 5.9% -> 6.0%, S04 3.8% -> 3.9% (held out: overall 8.7% -> 8.3%). Since the S08 rows of Megatron-Bridge releases before 26.04 left the shipped runs (kept
+S01 5.9% -> 6.0%, S04 3.8% -> 3.9% (held out: overall 8.7% -> 8.3%).
+Since the S08 rows of Megatron-Bridge releases before 26.04 left the shipped runs (kept
 aside to score the model, benchmarks/SOURCES.md S08) and the constants were refitted:
 S08 4.2% -> 3.3% (10 rows left of 28), S15 14.5% -> 14.4%, S18 6.1% -> 6.4%, S19 10.0% ->
 10.2%, overall 6.7% -> 6.8%. Before then: S08 counted its GB300 rows since that GPU is in
@@ -41,7 +42,8 @@ PINNED_OVERALL_PCT = 6.8
 PINNED_SPEARMAN = 0.79
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.81 since the FP8 GEMM roofline reads 1-byte inputs (the MXFP8 MoE groups of S19 and
-the FP8 recipes of S08 order better). 0.77 since the S08 rows of releases before 26.04 left (their GB300 group of three,
+the FP8 recipes of S08 order better).
+0.77 since the S08 rows of releases before 26.04 left (their GB300 group of three,
 rho 0.00, two of them one layout measured in two releases). Before then: 0.77 until the
 BLOOM rows run in 16 bits stopped paying the BF16 optimizer's fp32 cast copy, which they
 never ran (bigscience tr11-176B-ml chronicles, 'Rebalancing layers'): 0.74 since; 0.72

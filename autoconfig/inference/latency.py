@@ -21,8 +21,9 @@ Kernels run one after another, each bound by its own compute or memory traffic
   1/K)`` slower, the same law training is validated with. A 128-token prompt
   pays about 2x, a 2,048-token one about 1.1x: short prompts are not
   compute-bound at the large-GEMM rate. fp8 weights compute ``fp8_gemm_speedup``
-  faster and read half the input bytes, as in training (``gemm_time_s``; tried instead: the forward-only FP8 GEMM speed
-  measured on an H100, 1.84x, benchmarks/gpu/gemm_fp8.csv; TensorRT-LLM's H200
+  faster and read half the input bytes, as in training (``gemm_time_s``; tried
+  instead: the forward-only FP8 GEMM speed measured on an H100, 1.84x,
+  benchmarks/gpu/gemm_fp8.csv; TensorRT-LLM's H200
   offline rows moved from 13-23% low to 2-14% low, but its H100 rows from
   -5..+11% to +5..+24% and vLLM's FP8 rows from 7-42% to 18-52% high, FP8
   throughput MAPE 17.2% -> 17.6%: not taken). The stage's weights stream once per step at
