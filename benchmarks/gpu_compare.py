@@ -103,7 +103,7 @@ def ring_report(gpu, constants) -> None:
           "below (the PyTorch-launched cuDNN backward costs ~0.1-0.2 ms per step)")
 
 
-def fp8_report(constants) -> None:
+def fp8_report(gpu, constants) -> None:
     f = pd.read_csv(HERE / "gemm_fp8.csv")
     g = pd.read_csv(HERE / "gemm.csv")
     bf16 = g[g.op == "fprop"][["hidden", "tp", "gemm", "m", "ms"]].rename(columns={"ms": "bf16"})
@@ -112,14 +112,13 @@ def fp8_report(constants) -> None:
     fast = (x.bf16 / x.ms)[x.fast_accum].median()
     split = (x.bf16 / x.ms)[~x.fast_accum].median()
     # Transformer Engine: forward with fast accumulation, both gradients split.
-    training = 3.0 / (1.0 / fast + 2.0 / split)
+    training = step_mix(fast, split)
     print(f"FP8 GEMMs (per-tensor scales, M >= 4096, N, K >= 2048): {fast:.2f}x bf16 with fast "
           f"accumulation, {split:.2f}x without; a training step's mix {training:.2f}x; "
           f"model fp8_gemm_speedup {constants.fp8_gemm_speedup:.3f}")
     # The roofline's FP8 gain by shape (compute over the speed-up, 1-byte inputs,
     # bf16 output) against the measured one, all shapes, at the measured large gain.
     a = f[f.fast_accum].merge(bf16, on=["hidden", "tp", "gemm", "m"])
-    gpu = get_gpu("h100-80gb")
     peak = gpu.peak_bf16_tflops * 1e12
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
     flops = 2.0 * a.m * a.n * a.k
@@ -211,7 +210,7 @@ def main() -> int:
     print(f"H100 measurements: {(HERE / 'README.md').relative_to(HERE.parent.parent)}\n")
     for report in (lambda: gemm_report(gpu, constants), lambda: attention_report(gpu, constants),
                    lambda: ring_report(gpu, constants),
-                   lambda: fp8_report(constants), lambda: hbm_report(gpu, constants),
+                   lambda: fp8_report(gpu, constants), lambda: hbm_report(gpu, constants),
                    worker_report):
         report()
         print()
