@@ -58,6 +58,10 @@ CASES = {
                                     recompute_method="block", recompute_num_layers=2,
                                     distributed_optimizer=True, first_stage_layers=7,
                                     last_stage_layers=7), "nemo"),
+    # NVFP4 as Megatron-Bridge's llama3_70b GB300 NVFP4 performance recipe lays it out
+    "llama3-70b-nvfp4-gb300-vp": ("llama3-70b", "gb300", 16, 256, 8192, "nvfp4",
+                                  Plan(tp=1, pp=4, dp=16, vp=5, mbs=1,
+                                       distributed_optimizer=True), "nemo"),
     "llama3-405b-bf16-uneven-first": ("llama3-405b", "h100-80gb", 256, 2048, 8192, "bf16",
                                       Plan(tp=8, pp=8, dp=32, sp=True, mbs=1,
                                            distributed_optimizer=True, first_stage_layers=14),

@@ -32,6 +32,19 @@ def test_fp8_on_a100_is_unsupported_not_dropped(cells):
     assert all("FP8" in c.reason for c in a100)
 
 
+def test_nvfp4_runs_only_where_the_gpu_has_fp4_tensor_cores():
+    """H100 (no FP4) and B300 (no confirmed FP4 peak) cells are unsupported with the
+    reason; a GB200 cell is searched and beats its own MXFP8 cell."""
+    model = get_model("llama3", "8b")
+    gpus = [get_gpu("h100"), get_gpu("b300"), get_gpu("gb200")]
+    nvfp4 = capacity_grid(model, Workload(256, 8192, "nvfp4"), gpus, [8], tokens=1e12)
+    assert [(c.gpu, c.status) for c in nvfp4] == [
+        ("h100-80gb", "unsupported"), ("b300", "unsupported"), ("gb200", "ok")]
+    assert all("NVFP4" in c.reason for c in nvfp4[:2])
+    fp8 = capacity_grid(model, Workload(256, 8192, "fp8"), gpus[2:], [8], tokens=1e12)
+    assert nvfp4[2].tokens_per_s > fp8[0].tokens_per_s
+
+
 def test_days_price_the_budget_at_the_best_plans_rate(cells):
     for c in (c for c in cells if c.status == "ok"):
         assert c.plan.num_gpus == c.gpus

@@ -157,6 +157,10 @@ def test_args_parse_and_match_the_plan(name, data):
                                                                  "mxfp8")
         assert ns.fp8_recipe == expected
         assert ns.fp8 == ("e4m3" if expected == "mxfp8" else "hybrid")
+    # NVFP4 as Megatron-Bridge's bf16_with_nvfp4_mixed: E2M1, the nvfp4 recipe, FP4 weights
+    assert (ns.fp4 is not None) == (w.precision == "nvfp4")
+    if w.precision == "nvfp4":
+        assert (ns.fp4, ns.fp4_recipe, ns.fp4_param) == ("e2m1", "nvfp4", True)
     # schedule from the base config: nothing left to Megatron's defaults
     assert ns.train_samples == b.train_steps * b.global_batch_size
     assert ns.train_iters is None

@@ -296,6 +296,7 @@ def test_bridge_recipe_values_match(name, monkeypatch):
         assert cfg.comm_overlap.overlap_p2p_comm == spec.software.overlap_p2p_comm
         assert cfg.comm_overlap.batch_p2p_comm == (not spec.software.overlap_p2p_comm)
     assert ("fp8" in cfg.mixed_precision.name) == (w.precision == "fp8")
+    assert ("nvfp4" in cfg.mixed_precision.name) == (w.precision == "nvfp4")
     assert cfg.dataset.blend == (["/data/my_text_document"], None)
     if m.family == "llama3":
         assert cfg.model.rotary_base == 500000
@@ -422,3 +423,15 @@ def test_nemo1_cross_entropy_keys_are_megatron_core_config_fields():
     lines = nemo1_overrides(spec)
     assert "+model.cross_entropy_loss_fusion=true" in lines
     assert "+model.cross_entropy_fusion_impl=te" in lines
+
+
+def test_nvfp4_is_written_for_megatron_and_bridge_not_nemo1():
+    """NVFP4 runs get Megatron-LM arguments and a Bridge recipe (bf16_with_nvfp4_mixed);
+    NeMo 1 overrides are not written, and the document says why in one line."""
+    spec = case_spec("llama3-70b-nvfp4-gb300-vp")
+    texts = launch_texts(spec)
+    assert "nemo" not in texts and {"megatron", "bridge"} <= set(texts)
+    why = launch_document(spec)["nemo1_not_written"]
+    assert "NVFP4" in why and "\n" not in why
+    assert "'bf16_with_nvfp4_mixed'" in texts["bridge"][1]
+    assert "--fp4-format e2m1" in texts["megatron"][1]

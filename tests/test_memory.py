@@ -396,3 +396,21 @@ def test_dropout_from_catalog_family_or_megatron_default() -> None:
     assert given.hidden_dropout == 0.2
     with pytest.raises(CatalogError, match="hidden_dropout"):
         model_from_mapping({**shape, "hidden_dropout": "high"}, "x", "test")
+
+
+def test_nvfp4_keeps_linear_weights_as_fp4_only() -> None:
+    """NVFP4 (FP4 weights gathered, as the Bridge recipes run it): each linear
+    weight is kept as its NVFP4 row-wise and column-wise data, 2 x 0.5625 bytes,
+    instead of bf16's 2 bytes; FP8 keeps the bf16 weight and caches its FP8 copy
+    and transpose (2 bytes more). Gradients and optimizer states do not change."""
+    from autoconfig.training.memory import linear_params
+    plans = PlanTable.from_plans([Plan(tp=2, pp=4, dp=8, mbs=1, distributed_optimizer=True)])
+    sw = SoftwareFeatures()
+    out = {p: stage_breakdown(MODEL, Workload(256, 8192, p), plans, "middle", software=sw)
+           for p in ("bf16", "fp8", "nvfp4")}
+    linear = float(np.asarray(linear_params(MODEL, 2, MODEL.num_layers // 4)).ravel()[0])
+    bf16_w, fp8_w, fp4_w = (float(out[p].weights_bytes[0]) for p in ("bf16", "fp8", "nvfp4"))
+    assert fp8_w - bf16_w == pytest.approx(2.0 * linear)
+    assert bf16_w - fp4_w == pytest.approx((2.0 - 1.125) * linear)
+    for field in ("gradients_bytes", "optimizer_bytes"):
+        assert float(getattr(out["nvfp4"], field)[0]) == float(getattr(out["bf16"], field)[0])

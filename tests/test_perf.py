@@ -597,6 +597,48 @@ def test_fp8_recipes_differ_by_their_quantisation_traffic_only():
     assert step("") == pytest.approx(times["mxfp8"])
 
 
+def test_nvfp4_gemms_gain_the_measured_share_of_the_fp4_peak():
+    """NVFP4 speeds the weight GEMMs by the FP8 speed-up times the FP4/FP8 peak
+    ratio times the share of it measured on a B300 (0.634), so a GB300 (3x FP4
+    over FP8) gains more over MXFP8 than a GB200 (2x), each less than its peak
+    ratio; GPUs without FP4 tensor cores or a confirmed FP4 peak refuse it."""
+    from autoconfig.errors import InputError
+    from autoconfig.training.fp8 import check_nvfp4, nvfp4_gemm_speedup, nvfp4_value
+    c = load_constants()
+    share = nvfp4_value("gemm_peak_fraction_vs_fp8")
+    assert 0.5 < share < 1.0
+    gains = {}
+    for name in ("gb200", "gb300"):
+        gpu = get_gpu(name)
+        ratio = gpu.peak_nvfp4_tflops / gpu.peak_fp8_tflops
+        assert nvfp4_gemm_speedup(c.fp8_gemm_speedup, gpu) == pytest.approx(
+            c.fp8_gemm_speedup * ratio * share)
+        cluster = cluster_from_gpus(gpu, 8, gpu.gpus_per_node)
+        p = Plan(tp=1, pp=1, dp=8, mbs=1)
+
+        def step(precision, recipe=""):
+            return one(p, workload=Workload(64, 4096, precision), cluster=cluster,
+                       model=LLAMA_LIKE, constants=c,
+                       software=SoftwareFeatures(fp8_recipe=recipe))["step_time_s"]
+        gains[name] = step("fp8", "mxfp8") / step("nvfp4")
+        assert 1.0 < gains[name] < ratio
+    assert gains["gb300"] > gains["gb200"]
+    for name in ("h100-80gb", "b300"):   # Hopper: no FP4; B300: no confirmed FP4 peak
+        with pytest.raises(InputError, match="nvfp4"):
+            check_nvfp4(get_gpu(name))
+
+
+def test_nvfp4_gemm_inputs_are_half_byte_elements():
+    """The roofline reads NVFP4 inputs as 0.5625-byte elements: with the same
+    speed-up a thin GEMM (small M) takes less time than with FP8's 1-byte inputs,
+    a huge square one the same."""
+    args = (1e12, 64, 8192, 8192, 1e15, 0.6, 300.0, 0.5, 3.0)
+    assert gemm_time_s(*args, input_bytes=0.5625) < gemm_time_s(*args, input_bytes=1.0)
+    big = (1e15, 1e7, 1e7, 1e7, 1e15, 0.6, 300.0, 0.5, 3.0)
+    assert gemm_time_s(*big, input_bytes=0.5625) == pytest.approx(
+        gemm_time_s(*big, input_bytes=1.0), rel=1e-4)
+
+
 
 def test_fp8_gemms_gain_less_when_small():
     """FP8 speeds a GEMM's compute up and halves its inputs' bytes, not its bf16

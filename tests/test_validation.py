@@ -93,8 +93,14 @@ def test_mp_size_split_and_exclusions(runs):
     assert "ZeRO-3" in runs["R0011"].skip_reason
     assert "V100" in runs["R0055"].skip_reason
     assert not runs["R0023"].usable  # TP/PP not stated
-    nvfp4 = [r for r in runs.values() if r.source_id == "S08" and "NVFP4" in r.skip_reason]
-    assert nvfp4
+    # NVFP4 rows of dense Llamas are scored as nvfp4 runs (no longer skipped)
+    nvfp4 = [r for r in runs.values() if r.source_id == "S08" and r.workload is not None
+             and r.workload.precision == "nvfp4"]
+    assert len(nvfp4) == 4 and all(r.usable for r in nvfp4)
+    assert not any("NVFP4" in r.skip_reason for r in runs.values())
+    # their recipes turn TP comm-GEMM overlap off (recipe_settings), the FP8 ones keep it
+    assert {r.software.tp_comm_overlap for r in nvfp4} == {False}
+    assert runs["R0123"].software.tp_comm_overlap and runs["R0123"].plan.tp == 2
     assert runs["R0582"].throughput_benchmark is False  # CI deterministic mode
 
 

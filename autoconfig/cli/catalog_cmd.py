@@ -28,9 +28,9 @@ def catalog(kind: str | None) -> None:
         raise InputError(f"{what}: use `autoconfig catalog {'|'.join(KINDS)}`")
     if kind == "gpus":
         rows = [(g.name, ", ".join(g.aliases), g.peak_bf16_tflops, g.peak_fp8_tflops or "-",
-                 g.hbm_capacity_gb, g.hbm_bandwidth_gb_per_s, g.nvlink_bandwidth_gb_per_s,
+                 f"{g.peak_nvfp4_tflops:g}" if g.peak_nvfp4_tflops else "-", g.hbm_capacity_gb, g.hbm_bandwidth_gb_per_s, g.nvlink_bandwidth_gb_per_s,
                  g.gpus_per_node, g.internode_bandwidth_gb_per_s) for g in cat.all_gpus()]
-        headers = ("gpu", "aliases", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM GB/s",
+        headers = ("gpu", "aliases", "bf16 TFLOP/s", "fp8 TFLOP/s", "nvfp4 TFLOP/s", "HBM GB", "HBM GB/s",
                    "NVLink GB/s", "GPUs/node", "IB GB/s/GPU")
     else:
         rows = [(m.name, m.family, m.size_label, format_count(total_params(m)),

@@ -13,7 +13,7 @@ from autoconfig.cli.options import IntListOrAuto, model_options
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
-from autoconfig.core.plan import PRECISIONS
+from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import InputError
 from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
@@ -70,7 +70,7 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--max-latency-ms", type=float, help="Limit on request latency.")
 @click.option("--min-throughput", type=float,
               help="Least output tokens/s of the whole cluster.")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+@click.option("--precision", type=click.Choice(SERVING_PRECISIONS), default="bf16", show_default=True,
               help="Weights and KV cache in bf16 or fp8.")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput",
               show_default=True, help="Rank by cluster tokens/s, request latency, or tokens/s "

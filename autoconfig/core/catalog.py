@@ -53,7 +53,8 @@ def gpu_from_yaml(path: Path) -> GPU:
         sm_count=int(sourced_number(data, "sm_count", path)),
         tdp_w=_optional_positive(data, "tdp_w", path),
         node_power_w=_optional_positive(data, "node_power_w", path),
-        peak_fp16_vector_tflops=_optional_positive(data, "peak_fp16_vector_tflops", path))
+        peak_fp16_vector_tflops=_optional_positive(data, "peak_fp16_vector_tflops", path),
+        peak_nvfp4_tflops=_optional_positive(data, "peak_nvfp4_tflops", path))
 
 
 def _generation(data: dict, path: Path) -> str:

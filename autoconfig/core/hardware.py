@@ -42,6 +42,9 @@ class GPU:
     node_power_w: float | None = None
     """Maximum power of the whole usual node (GPUs, CPUs, NICs, fans) in watts,
     from the system datasheet; ``None`` where none is published."""
+    peak_nvfp4_tflops: float | None = None
+    """Dense NVFP4 (E2M1 with 16-element block scales) peak, ``None`` where the
+    GPU has no FP4 tensor cores or no confirmed figure."""
     peak_fp16_vector_tflops: float | None = None
     """FP16 peak of the CUDA cores (no tensor cores), from the architecture
     whitepaper: what a half-precision GEMM whose operands break the tensor cores'
@@ -52,14 +55,19 @@ class GPU:
         return self.hbm_capacity_gb * 1e9
 
     def peak_tflops(self, precision: str) -> float:
-        """Dense peak for ``bf16`` or ``fp8``; fp8 on a GPU without it is an error."""
+        """Dense peak for ``bf16``, ``fp8`` or ``nvfp4``; a precision the GPU lacks
+        is an error."""
         if precision == "bf16":
             return self.peak_bf16_tflops
-        if precision == "fp8":
-            if self.peak_fp8_tflops is None:
-                raise InputError(f"precision 'fp8' is not available on {self.name}: use bf16")
-            return self.peak_fp8_tflops
-        raise InputError(f"unknown precision {precision!r}: allowed are bf16, fp8")
+        if precision in ("fp8", "nvfp4"):
+            peak = self.peak_fp8_tflops if precision == "fp8" else self.peak_nvfp4_tflops
+            if peak is None:
+                lower = "bf16" if precision == "fp8" or self.peak_fp8_tflops is None \
+                    else "bf16 or fp8"
+                raise InputError(f"precision {precision!r} is not available on {self.name} "
+                                 f"(no {precision.upper()} peak in its catalog file): use {lower}")
+            return peak
+        raise InputError(f"unknown precision {precision!r}: allowed are bf16, fp8, nvfp4")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from autoconfig.core.plan import PRECISIONS
+from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import MAX_SEQ_LEN, InputError, shown
 
 PLAN_FIELDS = ("tp", "pp", "batch", "replicas", "ep")
@@ -85,9 +85,9 @@ class InferenceWorkload:
                 flag = "--" + name.replace("_len_std_tokens", "-len-std")
                 raise InputError(f"invalid {flag} {shown(value)}: must be a number of tokens "
                                  f"from 0 to {MAX_SEQ_LEN}")
-        if self.precision not in PRECISIONS:
+        if self.precision not in SERVING_PRECISIONS:
             raise InputError(f"invalid precision {self.precision!r}: allowed are "
-                             f"{', '.join(PRECISIONS)}")
+                             f"{', '.join(SERVING_PRECISIONS)}")
 
     @property
     def total_len_tokens(self) -> int:

@@ -24,7 +24,8 @@ from autoconfig.launch.spec import LaunchSpec
 MIXED_PRECISION = {None: "bf16_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
                    "delayed": "bf16_with_fp8_delayed_scaling_mixed",
                    "mxfp8": "bf16_with_mxfp8_mixed",
-                   "blockwise": "bf16_with_fp8_subchannel_scaling_mixed"}
+                   "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+                   "nvfp4": "bf16_with_nvfp4_mixed"}
 """Megatron-Bridge training/mixed_precision.py recipe names by FP8 recipe."""
 
 
@@ -40,6 +41,11 @@ ARCHITECTURE = frozenset({"model.normalization", "model.gated_linear_unit",
                           "model.share_embeddings_and_output_weights", "model.rotary_base"})
 """What a model's own recipe keeps from its Hugging Face config (GPT-OSS's clamped
 quick-GELU and YaRN positions, say, which autoconfig's shape cannot express)."""
+
+
+def _precision_key(spec: LaunchSpec) -> str | None:
+    """The MIXED_PRECISION key of the run: its FP8 recipe, nvfp4, or None (bf16)."""
+    return "nvfp4" if spec.workload.precision == "nvfp4" else spec.fp8_recipe
 
 
 def not_written_reason(spec: LaunchSpec) -> str | None:
@@ -259,7 +265,7 @@ def bridge_text(spec: LaunchSpec) -> str:
              f'    """{function}() with the model, plan, stack and schedule autoconfig chose."""',
              f"    cfg = {function}()",
              f"    cfg.mixed_precision = get_mixed_precision_config("
-             f"{MIXED_PRECISION[spec.fp8_recipe]!r})",
+             f"{MIXED_PRECISION[_precision_key(spec)]!r})",
              f"    cfg.comm_overlap = CommOverlapConfig({_comm_overlap_args(spec)})"]
     body = [f"    cfg.{key} = {_render_value(value)}" for key, value in assignments(spec)]
     tail = ['    data_path = os.environ.get("DATA_PATH")',

@@ -283,6 +283,10 @@ def precision_args(spec: LaunchSpec) -> list[str]:
     args = ["--bf16"]
     if spec.workload.precision == "fp8":
         args += ["--fp8-format", spec.fp8_format, "--fp8-recipe", spec.fp8_recipe]
+    elif spec.workload.precision == "nvfp4":
+        # As Megatron-Bridge's bf16_with_nvfp4_mixed: the compute weights kept (and
+        # gathered) in NVFP4, every layer's GEMMs in FP4.
+        args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4", "--fp4-param-gather"]
     return args
 
 

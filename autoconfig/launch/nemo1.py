@@ -63,6 +63,11 @@ def not_written_reason(spec: LaunchSpec) -> str | None:
     t5 = nemo1_t5.not_written_reason(spec) if m.is_encoder_decoder else None
     if t5:
         return t5
+    if spec.workload.precision == "nvfp4":
+        # Megatron-Bridge (bf16_with_nvfp4_mixed) and Megatron-LM (--fp4-format) are
+        # where NVFP4 training is set up; NeMo 1 overrides are written for bf16 and FP8.
+        return ("no nemo_overrides.txt: NVFP4 runs are written for Megatron-LM and "
+                "Megatron-Bridge only (NeMo 1 overrides cover bf16 and FP8)")
     if m.attention_kind == "mla":
         # megatron_base_model.py only swaps in MLATransformerConfig; no NeMo 1 config or
         # layer spec builds MLA layers; NeMo's DeepSeek is NeMo 2 (llm/gpt/model/deepseek.py).

@@ -15,6 +15,7 @@ from autoconfig.errors import AutoconfigError, InputError
 from autoconfig.core.hardware import GPU, Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload
+from autoconfig.training.fp8 import check_nvfp4
 from autoconfig.training.search import search
 from autoconfig.training.space import AxisChoices
 from autoconfig.training.stack import SoftwareFeatures
@@ -61,8 +62,9 @@ def plan_cell(model: ModelSpec, workload: Workload, gpu: GPU, nodes: int, gpus_p
     """Search one cluster and price the token budget on its best plan."""
     gpus = nodes * gpus_per_node
     common = dict(gpu=gpu.name, nodes=nodes, gpus=gpus, precision=workload.precision)
-    if workload.precision == "fp8" and gpu.peak_fp8_tflops is None:
-        return CapacityCell(status="unsupported", reason=f"{gpu.name} has no FP8", **common)
+    if workload.precision != "bf16" and not _has_precision(gpu, workload.precision):
+        return CapacityCell(status="unsupported",
+                            reason=f"{gpu.name} has no {workload.precision.upper()}", **common)
     try:
         result = search(model, workload, Cluster(gpu=gpu, nodes=nodes,
                                                  gpus_per_node=gpus_per_node), choices,
@@ -100,3 +102,14 @@ def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
                       tokens, choices, software=software, stack=stack,
                       constants=(constants or {}).get(gpu.name))
             for gpu in gpus for nodes in node_counts]
+
+
+def _has_precision(gpu, precision: str) -> bool:
+    """Whether ``gpu`` has tensor cores (and a catalog peak) for ``precision``."""
+    try:
+        if precision == "nvfp4":
+            check_nvfp4(gpu)
+        gpu.peak_tflops(precision)
+    except InputError:
+        return False
+    return True

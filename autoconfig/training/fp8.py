@@ -1,4 +1,5 @@
-"""FP8 training recipes: which one a run uses, where it can run, what it costs.
+"""Low-precision training recipes, FP8 and NVFP4: which one a run uses, where it
+can run, what it costs.
 
 The recipe decides how Transformer Engine scales FP8 tensors (Megatron
 ``--fp8-recipe``): ``delayed`` (amax history of earlier steps), ``tensorwise``
@@ -8,6 +9,10 @@ The recipe decides how Transformer Engine scales FP8 tensors (Megatron
 traffic (heuristics/fp8.yaml ``cast_bytes_per_element``) and, where scales
 enter the GEMM's main loop in software (blockwise on Hopper), in the GEMMs'
 own speed (``gemm_time_vs_per_tensor``, measured).
+
+NVFP4 (``--precision nvfp4``, Megatron ``--fp4-format e2m1 --fp4-recipe nvfp4``)
+is one recipe of its own (heuristics/fp8.yaml ``nvfp4``): 4-bit elements with
+16-element block scales on Blackwell's FP4 tensor cores.
 """
 
 from functools import lru_cache
@@ -95,9 +100,60 @@ def gemm_time_vs_per_tensor(recipe: str, generation: str) -> float:
     return _gemm_times().get(generation, {}).get(recipe_name(recipe), 1.0)
 
 
+@lru_cache(maxsize=None)
+def _nvfp4() -> dict:
+    """heuristics/fp8.yaml ``nvfp4``: its generations and bytes per element."""
+    where = str(heuristics_path("fp8"))
+    raw = load_heuristics("fp8").get("nvfp4")
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: missing mapping 'nvfp4'")
+    table = {"generations": tuple(sourced_field(raw, "generations", where)[0])}
+    for key in ("input_bytes_per_element", "cast_bytes_per_element", "gemm_peak_fraction_vs_fp8"):
+        value = sourced_entry(raw, key, where).value
+        if isinstance(value, str) or value <= 0:
+            raise CatalogError(f"{where}: nvfp4 {key} {value!r} is not a positive number")
+        table[key] = float(value)
+    return table
+
+
+def nvfp4_value(key: str) -> float:
+    """One number of heuristics/fp8.yaml ``nvfp4`` (bytes per element)."""
+    return _nvfp4()[key]
+
+
+def check_nvfp4(gpu) -> None:
+    """InputError unless ``gpu`` has FP4 tensor cores and a confirmed NVFP4 peak."""
+    allowed = _nvfp4()["generations"]
+    if gpu.generation not in allowed:
+        raise InputError(f"invalid precision 'nvfp4' on {gpu.name} ({gpu.generation}): it "
+                         f"runs on {', '.join(allowed)} GPUs only")
+    gpu.peak_tflops("nvfp4")
+
+
+def nvfp4_gemm_speedup(fp8_gemm_speedup: float, gpu) -> float:
+    """How much faster NVFP4 GEMMs compute than bf16 ones: the FP8 speed-up
+    times the datasheet ratio of the dense FP4 and FP8 peaks (2 on B200 and
+    GB200, 3 on GB300) times the share of that ratio FP4 GEMMs realise
+    (``gemm_peak_fraction_vs_fp8``, measured on a B300: 1.90x MXFP8 where the
+    peaks differ 3x). So a GB200 gains 1.27x over its FP8 GEMMs, a GB300 1.90x.
+    No fitted constant of its own."""
+    return (fp8_gemm_speedup * gpu.peak_tflops("nvfp4") / gpu.peak_tflops("fp8")
+            * nvfp4_value("gemm_peak_fraction_vs_fp8"))
+
+
+def quantised_cast_bytes(workload, software, gpu) -> float:
+    """HBM bytes per GEMM-input element the run's quantisation moves (0 in bf16)."""
+    if workload.precision == "nvfp4":
+        return nvfp4_value("cast_bytes_per_element")
+    recipe = workload_recipe(workload, software, gpu)
+    return 0.0 if recipe is None else cast_bytes_per_element(recipe)
+
+
 def check_fp8_recipe(software, stack_features, workload, gpu) -> None:
     """InputError for a recipe the GPU cannot run, or one asked (beyond the
-    stack's own) of a run that is not FP8."""
+    stack's own) of a run that is not FP8; an NVFP4 run on a GPU without FP4."""
+    if workload.precision == "nvfp4":
+        check_nvfp4(gpu)
     if workload.precision == "fp8":
         if gpu.peak_fp8_tflops is not None:  # no FP8 at all is the precision's own error
             run_recipe(software.fp8_recipe, gpu)

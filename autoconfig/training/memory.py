@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoconfig.training.fp8 import nvfp4_value
 from autoconfig.training.activations import (chunks_in_flight, cross_attention_bytes,
                                              encoder_output_bytes, layer_activation_bytes,
                                              microbatches_per_step, recompute_chunk_bytes,
@@ -365,8 +366,11 @@ def fp8_stores_inputs(workload: Workload, software: SoftwareFeatures) -> bool:
     """Transformer Engine FP8 training (megatron-core) saves its linear layers'
     inputs for the weight gradient in FP8, the cast it already made for the
     forward GEMM (``transformer_engine/pytorch/module/linear.py``: ctx saves the
-    FP8 ``inputmat``), so those tensors take 1 byte instead of 2."""
-    return workload.precision == "fp8" and software.framework == "megatron-core"
+    FP8 ``inputmat``), so those tensors take 1 byte instead of 2. NVFP4 keeps
+    its 0.5625-byte casts the same way; they are counted at FP8's 1 byte, which
+    errs on the side of fitting less (the NVFP4 weights are counted as such:
+    ``_stage_states``)."""
+    return workload.precision in ("fp8", "nvfp4") and software.framework == "megatron-core"
 
 
 STAGE_RANKS = {"first": 0, "middle": 1, "last": -1}
@@ -487,7 +491,13 @@ def _stage_states(model: ModelSpec, workload: Workload, plans: PlanTable, stage:
     sharded = np.where(plans.distributed_optimizer, states.sharded_bytes / shards,
                        states.sharded_bytes)
     weights = params * states.weight_bytes
-    if fp8_stores_inputs(workload, software):
+    if workload.precision == "nvfp4" and software.framework == "megatron-core":
+        # FP4 weights (--fp4-param-gather, as the Bridge NVFP4 recipes set it): the
+        # linear layers keep no 16-bit copy, only their NVFP4 row-wise and
+        # column-wise data (the fp32 master copy is in the optimizer states).
+        weights = weights + linear_params(model, plans.tp, layers, kinds, plans.ep, plans.etp) \
+            * (2.0 * nvfp4_value("input_bytes_per_element") - states.weight_bytes)
+    elif fp8_stores_inputs(workload, software):
         weights = weights + linear_params(model, plans.tp, layers, kinds, plans.ep,
                                           plans.etp) * constants.fp8_weight_cache_bytes
     grads = params * grad_bytes_per_param(states, software)

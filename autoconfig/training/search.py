@@ -20,6 +20,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import module_list
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
+from autoconfig.training.fp8 import check_nvfp4
 from autoconfig.training.space import (R_DP, R_EP_DENSE, R_EP_EXPERTS, R_ETP_FFN, R_GBS,
                                        R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
                                        enumerate_plans)
@@ -95,8 +96,10 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     choices = runnable_choices(choices, software, stack)
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
-    if workload.precision == "fp8":
-        cluster.gpu.peak_tflops("fp8")  # InputError on GPUs without FP8
+    if workload.precision == "nvfp4":
+        check_nvfp4(cluster.gpu)  # InputError on GPUs without FP4 tensor cores
+    if workload.precision != "bf16":
+        cluster.gpu.peak_tflops(workload.precision)  # InputError on GPUs without it
     space = runnable_recompute(enumerate_plans(model, workload, cluster, choices), software)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(model, workload, cluster, space))

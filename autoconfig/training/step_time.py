@@ -51,8 +51,8 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
-from autoconfig.training.fp8 import (cast_bytes_per_element, gemm_time_vs_per_tensor,
-                                      workload_recipe)
+from autoconfig.training.fp8 import (gemm_time_vs_per_tensor, nvfp4_gemm_speedup, nvfp4_value,
+                                      quantised_cast_bytes, workload_recipe)
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures, grad_accum_bytes_per_param
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -218,7 +218,7 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
 
 
 def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_factor,
-                fp8_speedup=None):
+                fp8_speedup=None, input_bytes=1.0):
     """Time of GEMMs with ``flops`` work and shape M x K by K x N.
 
     Roofline with additive memory time (Williams et al. 2009): a GEMM moves at
@@ -236,8 +236,12 @@ def gemm_time_s(flops, m, n, k, peak_flops, eff_max, ridge_flop_per_elem, size_f
     So a small or thin GEMM gains less than a large one (measured on an H200,
     benchmarks/gpu/h200/grouped_gemm.csv: Qwen3-30B-A3B's experts 1.34-1.68x
     bf16, DeepSeek-V3's 1.71-1.97x).
+
+    NVFP4 the same with its own speed-up and ``input_bytes`` 0.5625 (4-bit
+    elements and a 1-byte scale per 16): the input terms take 0.5625/2 of bf16's.
     """
-    compute, inputs = (1.0, 1.0) if fp8_speedup is None else (1.0 / fp8_speedup, 0.5)
+    compute, inputs = ((1.0, 1.0) if fp8_speedup is None
+                       else (1.0 / fp8_speedup, input_bytes / BF16_BYTES))
     penalty = compute + size_factor * ridge_flop_per_elem * (inputs / m + inputs / n + 1.0 / k)
     return flops / (eff_max * peak_flops) * penalty
 
@@ -256,17 +260,18 @@ def wave_quantization(m, n, tile_m: float, tile_n: float, sm_count: int):
     return waves * sm_count * tile_m * tile_n / (m * n)
 
 
-def _gemm_timer(gpu: GPU, c: PerfConstants, fp8_speedup: float | None = None):
+def _gemm_timer(gpu: GPU, c: PerfConstants, fp8_speedup: float | None = None,
+                input_bytes: float = 1.0):
     """seconds(flops, m, n, k) of GEMMs on one GPU: ``gemm_time_s``'s roofline at
-    the generation's efficiency, times ``wave_quantization``; FP8 GEMMs where
-    ``fp8_speedup`` is given (``_fp8_speedup``)."""
+    the generation's efficiency, times ``wave_quantization``; FP8 or NVFP4 GEMMs
+    where ``fp8_speedup`` is given (``_quantised_gemm``)."""
     peak = gpu.peak_bf16_tflops * 1e12
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
     eff = c.efficiency_max(gpu)
 
     def seconds(flops, m, n, k):
         return gemm_time_s(flops, m, n, k, peak, eff, ridge, c.gemm_size_factor,
-                           fp8_speedup) * \
+                           fp8_speedup, input_bytes) * \
             wave_quantization(m, n, c.gemm_tile_m, c.gemm_tile_n, gpu.sm_count)
     return seconds
 
@@ -559,7 +564,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
     tokens = b * s / cp
     timer = _gemm_timer(gpu, c)
-    weight_timer = _gemm_timer(gpu, c, _fp8_speedup(c, workload, sw, gpu))
+    weight_timer = _gemm_timer(gpu, c, *_quantised_gemm(c, workload, sw, gpu))
 
     def gemm(flops_per_token, n, k, m=tokens):
         return timer(flops_per_token * tokens, m, n, k)
@@ -587,9 +592,9 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         attn_bwd = 2.0 * attn
     linear = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, True)
     total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
-    if workload.precision == "fp8":
-        total = total + _fp8_cast_bytes_per_layer(
-            model, tokens, t, cast_bytes_per_element(workload_recipe(workload, sw, gpu)))
+    if workload.precision != "bf16":
+        total = total + _fp8_cast_bytes_per_layer(model, tokens, t,
+                                                  quantised_cast_bytes(workload, sw, gpu))
     factor = c.elementwise_traffic_factor / hbm
     logits = weight_gemm_s(2.0 * model.hidden_size * model.vocab_size / t,
                            model.vocab_size / t, model.hidden_size)
@@ -662,7 +667,7 @@ def _cross_attention_times(model: ModelSpec, workload: Workload, plans: PlanTabl
     peak = gpu.peak_bf16_tflops * 1e12
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
     timer = _gemm_timer(gpu, c)
-    weight_timer = _gemm_timer(gpu, c, _fp8_speedup(c, workload, sw, gpu))
+    weight_timer = _gemm_timer(gpu, c, *_quantised_gemm(c, workload, sw, gpu))
     gemms = 0.0
     for x in cross_attention_linears(model):
         tokens = b * (s_enc if x.name == "cross_kv" else s_dec)
@@ -741,13 +746,13 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
         shared_up, shared_down = (weight_gemm(fl, n, kk, m=tokens * scale)
                                   for fl, n, kk, scale in (_linear_gemm(x, t) for x in shared))
     hbm = cluster.gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    traffic = copies * _routed_copy_bytes(model, workload.precision == "fp8", etp) * load / hbm
+    traffic = copies * _routed_copy_bytes(model, workload.precision != "bf16", etp) * load / hbm
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
             "up_gemm": expert_up + shared_up, "traffic_s": traffic,
             "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp)}
 
 
-def _routed_copy_bytes(model: ModelSpec, fp8: bool, etp) -> float:
+def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp) -> float:
     """HBM bytes the forward of one MoE layer moves per routed token copy outside
     its GEMMs, at streaming speed (not the dense layers' fitted elementwise
     factor: these are whole-tensor copies and casts, megatron-core
@@ -758,7 +763,7 @@ def _routed_copy_bytes(model: ModelSpec, fp8: bool, etp) -> float:
     * the activation: read the up-projection output (2 x 2F for SwiGLU's gate
       and up, 2F for GeLU) and write its output (2F), F = expert FFN / etp;
     * FP8: cast the copy (read 2h, write h) and the activation output (read 2F,
-      write F) for the expert GEMMs.
+      write F) for the expert GEMMs; NVFP4 (quantised too) is counted the same.
 
     Counted for every dispatcher, although HybridEP writes the copies
     expert-major itself (megatron-core 0.16 ``_HybridEPManager``: no permute)
@@ -770,7 +775,7 @@ def _routed_copy_bytes(model: ModelSpec, fp8: bool, etp) -> float:
     f = model.moe_ffn_hidden_size / np.asarray(etp, dtype=float)
     up = 2.0 if model.mlp_kind == "swiglu" else 1.0
     copy = 8.0 * h + 2.0 * up * f + 2.0 * f
-    if fp8:
+    if quantised:
         copy = copy + 3.0 * h + 3.0 * f
     return copy
 
@@ -883,17 +888,21 @@ def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
     return np.where(cp > 1, (cp - 1.0) * per_step / hbm_bytes_per_s, 0.0)
 
 
-def _fp8_speedup(c: PerfConstants, workload: Workload, sw: SoftwareFeatures,
-                 gpu: GPU) -> float | None:
-    """How much faster the run's FP8 weight GEMMs compute than bf16 ones (None
-    for a bf16 run): the fitted per-tensor speed-up over the recipe's measured
-    slow-down (heuristics/fp8.yaml ``gemm_time_vs_per_tensor``: Hopper's
-    blockwise GEMMs apply their block scales in the main loop and run 1.34x
-    longer)."""
+def _quantised_gemm(c: PerfConstants, workload: Workload, sw: SoftwareFeatures,
+                    gpu: GPU) -> tuple[float | None, float]:
+    """(speed-up over bf16, bytes per input element) of the run's weight GEMMs;
+    (None, 2) for a bf16 run. FP8: the fitted per-tensor speed-up over the
+    recipe's measured slow-down (heuristics/fp8.yaml ``gemm_time_vs_per_tensor``:
+    Hopper's blockwise GEMMs apply their block scales in the main loop and run
+    1.34x longer), 1-byte inputs. NVFP4: that speed-up times the FP4/FP8 peak
+    ratio (``nvfp4_gemm_speedup``), 0.5625-byte inputs."""
+    if workload.precision == "nvfp4":
+        return (nvfp4_gemm_speedup(c.fp8_gemm_speedup, gpu),
+                nvfp4_value("input_bytes_per_element"))
     recipe = workload_recipe(workload, sw, gpu)
     if recipe is None:
-        return None
-    return c.fp8_gemm_speedup / gemm_time_vs_per_tensor(recipe, gpu.generation)
+        return None, float(BF16_BYTES)
+    return c.fp8_gemm_speedup / gemm_time_vs_per_tensor(recipe, gpu.generation), 1.0
 
 
 def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: float = 4.0):
@@ -906,7 +915,8 @@ def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: fl
     the QKV and first-MLP inputs whole (h per token, gathered over TP), the
     projection and second-MLP inputs split (h/t and f/t; SwiGLU's f is after the
     gate). The backward casts the output gradients the same way, which the
-    3 x forward of elementwise work already counts. Not there in bf16."""
+    3 x forward of elementwise work already counts. Not there in bf16; NVFP4's
+    casts (heuristics/fp8.yaml ``nvfp4``) take the same inputs."""
     return bytes_per_element * tokens * (2.0 * model.hidden_size
                                          + (model.hidden_size + model.ffn_hidden_size) / t)
 

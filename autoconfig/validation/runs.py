@@ -193,10 +193,10 @@ def _fp8_recipe(text: str) -> str:
     return "blockwise" if "GRANULARITY" in text and "NOT STATED" not in text else ""
 
 
-def _precision(text: str) -> str | None:
+def _precision(text: str) -> str:
     text = text.upper()
     if "NVFP4" in text:
-        return None
+        return "nvfp4"
     return "fp8" if "FP8" in text else "bf16"
 
 
@@ -340,8 +340,6 @@ def _shape_reason(row: dict) -> str:
     """Why no plan can be built for the row ('' when one can)."""
     if _gpu_name(row["gpu_type"]) is None:
         return f"GPU {row['gpu_type'].split(' ')[0]} not in the GPU catalog"
-    if _precision(row["precision"]) is None:
-        return "NVFP4: no FP4 peak or efficiency in the model"
     sharding = row.get("dp_sharding") or ""
     if ("ZeRO-3" in sharding or "FSDP" in sharding) and not _pytorch_fsdp(row):
         return f"{sharding.split(' (')[0]}: fully sharded data parallel is not modelled"
@@ -464,6 +462,14 @@ def _recipe_int(row: dict, key: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _recipe_flag(row: dict, key: str) -> bool | None:
+    """A switch the row's ``recipe_settings`` states as ``key=true`` or ``key=false``
+    (None where it states none)."""
+    match = re.search(rf"(?:^|;)\s*{re.escape(key)}=(true|false)\b",
+                      row.get("recipe_settings") or "")
+    return None if match is None else match.group(1) == "true"
+
+
 def _stage_split(row: dict, model: ModelSpec, pp: int, assumptions: list[str]) -> tuple[int, int]:
     """(first, last) stage layers: what the row's ``pipeline_split`` states
     (``short-last``: every stage ceil(L/pp) layers, the last the rest, as Bridge's
@@ -523,6 +529,11 @@ def _software(row: dict, settings: dict) -> tuple[str, SoftwareFeatures]:
     if dispatcher or overlap:
         features = with_overrides(features, moe_dispatcher=dispatcher or None,
                                   moe_a2a_overlap={"true": True, "false": False}.get(overlap))
+    tp_overlap = _recipe_flag(row, "tp_comm_overlap")
+    if tp_overlap is not None:
+        # the row's recipe sets TP comm-GEMM overlap apart from its stack (the
+        # Bridge NVFP4 recipes of 26.04 turn it off)
+        features = with_overrides(features, tp_comm_overlap=tp_overlap)
     if features.framework == "megatron-deepspeed" and not row["precision"].startswith("bf16"):
         # fp16 (and unrestated 16-bit) ZeRO-1 runs reduce gradients in 16 bits.
         features = with_overrides(features, grad_reduce_dtype="fp16")

@@ -370,7 +370,8 @@ def format_targets(rows) -> list[str]:
 
 
 def _plan_text(run: Run) -> str:
-    return plan_label(run.plan) + (" fp8" if run.workload.precision == "fp8" else "")
+    precision = run.workload.precision
+    return plan_label(run.plan) + ("" if precision == "bf16" else f" {precision}")
 
 
 def format_report(report: ValidationReport, show_rows: bool = True) -> str:
