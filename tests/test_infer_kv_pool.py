@@ -46,7 +46,7 @@ def test_steady_state_concurrency_stops_where_the_pool_is_full() -> None:
                mode="continuous", pins=Pins((1,), (1,), (2 * int(best.batch),)))
     # memory holds the whole pool, allocated at start, whatever the concurrency
     pool_gib = pool * float(kv_bytes_per_token_per_gpu(MODEL, np.array([1]), np.array([1]),
-                                                        WORKLOAD.bytes_per_value)[0]) / 2**30
+                                                        WORKLOAD.kv_bytes_per_value)[0]) / 2**30
     assert best.kv_cache_gib == pytest.approx(pool_gib)
     unpinned = search(MODEL, WORKLOAD, CLUSTER, engine=VLLM, mode="continuous",
                       pins=Pins((1,), (1,))).table.iloc[0]

@@ -29,7 +29,7 @@ def test_communicator_buffers_come_with_peers() -> None:
     weights = memory_per_gpu(model, w, pair, tokens).weights_bytes
     assert total[0] - weights[0] > 1.79 * GIB
     room = kv_capacity_tokens(model, w, pair, tokens, get_gpu("h100-80gb"))
-    per_token = kv_bytes_per_token_per_gpu(model, pair.tp, pair.pp, w.bytes_per_value)
+    per_token = kv_bytes_per_token_per_gpu(model, pair.tp, pair.pp, w.kv_bytes_per_value)
     # at TP 2 half the weights and half the KV per GPU, less the buffers
     assert room[1] * per_token[1] < 2 * room[0] * per_token[0]
 

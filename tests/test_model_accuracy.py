@@ -17,11 +17,11 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 3.3, "S08": 5.7, "S09": 6.5, "S10": 5.6,
+PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 3.3, "S08": 5.2, "S09": 6.5, "S10": 5.6,
                    "S15": 14.3, "S18": 6.0, "S19": 9.8}
 """Since NVFP4 runs are modelled (training.fp8.nvfp4_gemm_speedup, predicted and never
-fitted) S08 counts its four NVFP4 rows: 3.0% -> 5.7% over 14 rows (its 10 FP8 rows still
-3.0%; the two GB200 405B NVFP4 rows 20-22% slow, the 70B ones 0.3% and 7.4%).
+fitted) S08 counts its four NVFP4 rows: 3.0% -> 5.2% over 14 rows (its 10 FP8 rows still
+3.0%; the two GB200 405B NVFP4 rows 12-14% slow, the 70B ones 9.1% and 7.4% fast).
 Since the FP8 GEMM roofline reads its inputs as 1-byte elements (step_time.gemm_time_s;
 small and thin FP8 GEMMs gain less, as measured on an H200) and the constants were
 refitted: S08 3.3% -> 3.0%, S18 6.4% -> 6.0%, S19 10.2% -> 9.8%, S15 14.4% -> 14.3%,

@@ -70,8 +70,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
 @click.option("--max-latency-ms", type=float, help="Limit on request latency.")
 @click.option("--min-throughput", type=float,
               help="Least output tokens/s of the whole cluster.")
-@click.option("--precision", type=click.Choice(SERVING_PRECISIONS), default="bf16", show_default=True,
-              help="Weights and KV cache in bf16 or fp8.")
+@click.option("--precision", type=click.Choice(SERVING_PRECISIONS), default="bf16",
+              show_default=True,
+              help="Weights and KV cache in bf16 or fp8; nvfp4: FP4 weights and activations "
+                   "(Blackwell) with an FP8 KV cache.")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="throughput",
               show_default=True, help="Rank by cluster tokens/s, request latency, or tokens/s "
               "per GPU (cost).")

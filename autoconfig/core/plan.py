@@ -16,8 +16,9 @@ RECOMPUTE_METHODS = ("uniform", "block")
 PRECISIONS = ("bf16", "fp8", "nvfp4")
 """Training precisions: bf16, FP8 (a recipe of ``autoconfig.training.fp8``) and
 NVFP4 (Transformer Engine's NVFP4BlockScaling, also ``autoconfig.training.fp8``)."""
-SERVING_PRECISIONS = ("bf16", "fp8")
-"""Weight precisions ``infer`` prices (FP4 serving is not modelled)."""
+SERVING_PRECISIONS = ("bf16", "fp8", "nvfp4")
+"""Precisions ``infer`` prices: bf16; FP8 weights, activations and KV cache; NVFP4
+weights and activations (Blackwell) with an FP8 KV cache."""
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe")
 """Megatron --recompute-modules (with --recompute-granularity selective): what each
 recomputes instead of keeping for backward (megatron-core TransformerConfig

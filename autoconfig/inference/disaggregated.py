@@ -38,7 +38,7 @@ def kv_transfer_s(model: ModelSpec, workload: InferenceWorkload, cluster: Cluste
                   prefill_gpus, link_efficiency: float):
     """Seconds to move one prompt's KV cache out of a prefill instance of
     ``prefill_gpus`` GPUs (each sends its share over its own link)."""
-    total = kv_bytes_per_token_per_gpu(model, 1, 1, workload.bytes_per_value) \
+    total = kv_bytes_per_token_per_gpu(model, 1, 1, workload.kv_bytes_per_value) \
         * workload.input_len_tokens
     gpu = cluster.gpu
     link = (gpu.nvlink_bandwidth_gb_per_s if cluster.num_gpus <= cluster.nvlink_domain_gpus

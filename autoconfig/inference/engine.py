@@ -316,7 +316,8 @@ def get_engine(name: str | None) -> Engine:
 
 
 def check_precision(engine: Engine, precision: str) -> None:
-    """fp8 serving needs the engine to quantise weights to fp8 (one-line InputError)."""
-    if precision == "fp8" and not any("fp8" in q for q in engine.quantisations):
-        raise InputError(f"engine {engine.name} does not serve fp8 weights: use --precision "
-                         f"bf16 or one of the engines that do")
+    """fp8 or nvfp4 serving needs the engine to quantise weights that way
+    (one-line InputError)."""
+    if precision in ("fp8", "nvfp4") and not any(precision in q for q in engine.quantisations):
+        raise InputError(f"engine {engine.name} does not serve {precision} weights: use "
+                         f"--precision bf16 or one of the engines that do")

@@ -92,7 +92,7 @@ def kv_heads_per_gpu(model: ModelSpec, tp):
     return np.maximum(1.0, model.num_kv_heads / np.asarray(tp, dtype=float))
 
 
-def kv_bytes_per_token_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int):
+def kv_bytes_per_token_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float):
     """2 (K and V) * layers of the stage * kv heads per GPU * head dim * bytes.
 
     Multi-latent attention caches one compressed latent and the shared rope key
@@ -112,7 +112,7 @@ def expert_tp(tp, ep):
     return np.where(np.asarray(ep) > 1, 1, np.asarray(tp))
 
 
-def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
+def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float, ep=1):
     """Parameters of the heavier of the first and last stage, over tp (routed
     experts over ep, ``expert_tp``), times bytes."""
     tp = np.asarray(tp, dtype=np.int64)
@@ -126,12 +126,12 @@ def weights_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
 
 @lru_cache(maxsize=256)
 def _weights_bytes_cached(model: ModelSpec, columns: tuple, shape: tuple,
-                          bytes_per_value: int) -> np.ndarray:
+                          bytes_per_value: float) -> np.ndarray:
     tp, pp, ep = (np.array(c, dtype=np.int64).reshape(shape) for c in columns)
     return _weights_bytes(model, tp, pp, bytes_per_value, ep)
 
 
-def _weights_bytes(model: ModelSpec, tp, pp, bytes_per_value: int, ep) -> np.ndarray:
+def _weights_bytes(model: ModelSpec, tp, pp, bytes_per_value: float, ep) -> np.ndarray:
     layers, single = model.num_layers / pp, pp == 1
     experts = {}
     if model.is_moe:
@@ -145,7 +145,7 @@ def _weights_bytes(model: ModelSpec, tp, pp, bytes_per_value: int, ep) -> np.nda
     return np.asarray(params, dtype=float) * bytes_per_value
 
 
-def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: int, ep=1):
+def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float, ep=1):
     """Routed-expert weights of the heavier stage on one GPU (0 for dense models)."""
     if not model.is_moe:
         return 0.0 * np.asarray(tp, dtype=float)
@@ -178,9 +178,9 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
     context_bytes = runtime_context_bytes(plans)
     tp = plans.tp.astype(float)
-    nbytes = workload.bytes_per_value
-    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)
-    kv = (kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, nbytes)
+    weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, workload.weight_bytes_per_value,
+                                    plans.ep)
+    kv = (kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
           * plans.batch * (workload.total_len_tokens if kv_tokens is None else kv_tokens))
     h, kvh, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
     if model.is_moe:  # the routed copies of a token and the shared experts
@@ -210,7 +210,7 @@ def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: Inf
     context_bytes = runtime_context_bytes(plans)
     fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
     rest = fixed.weights_bytes + fixed.activation_bytes
-    per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.bytes_per_value)
+    per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
     if pool_tokens is None:
         room = (usable_bytes(gpu) - context_bytes) / fragmentation - rest
         return np.maximum(room, 0.0) / per_token

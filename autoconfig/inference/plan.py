@@ -104,9 +104,19 @@ class InferenceWorkload:
         return (mean * mean + std * std) / (2.0 * mean)
 
     @property
-    def bytes_per_value(self) -> int:
-        """Bytes of one weight or KV-cache element."""
-        return 1 if self.precision == "fp8" else 2
+    def weight_bytes_per_value(self) -> float:
+        """Bytes of one weight: 2 (bf16), 1 (fp8), 0.5625 (nvfp4: a 4-bit element
+        and a 1-byte scale per 16, heuristics/fp8.yaml ``nvfp4``)."""
+        if self.precision == "nvfp4":
+            from autoconfig.training.fp8 import nvfp4_value
+            return nvfp4_value("input_bytes_per_element")
+        return 1.0 if self.precision == "fp8" else 2.0
+
+    @property
+    def kv_bytes_per_value(self) -> float:
+        """Bytes of one KV-cache element: FP8 beside FP8 or NVFP4 weights (the
+        engines' FP4 checkpoints keep an FP8 KV cache), else bf16."""
+        return 2.0 if self.precision == "bf16" else 1.0
 
 
 @dataclass(frozen=True)

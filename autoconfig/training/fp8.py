@@ -108,7 +108,8 @@ def _nvfp4() -> dict:
     if not isinstance(raw, dict):
         raise CatalogError(f"{where}: missing mapping 'nvfp4'")
     table = {"generations": tuple(sourced_field(raw, "generations", where)[0])}
-    for key in ("input_bytes_per_element", "cast_bytes_per_element", "gemm_peak_fraction_vs_fp8"):
+    for key in ("input_bytes_per_element", "cast_bytes_per_element",
+                "fp4_time_beyond_peak_vs_fp8"):
         value = sourced_entry(raw, key, where).value
         if isinstance(value, str) or value <= 0:
             raise CatalogError(f"{where}: nvfp4 {key} {value!r} is not a positive number")
@@ -132,13 +133,14 @@ def check_nvfp4(gpu) -> None:
 
 def nvfp4_gemm_speedup(fp8_gemm_speedup: float, gpu) -> float:
     """How much faster NVFP4 GEMMs compute than bf16 ones: the FP8 speed-up
-    times the datasheet ratio of the dense FP4 and FP8 peaks (2 on B200 and
-    GB200, 3 on GB300) times the share of that ratio FP4 GEMMs realise
-    (``gemm_peak_fraction_vs_fp8``, measured on a B300: 1.90x MXFP8 where the
-    peaks differ 3x). So a GB200 gains 1.27x over its FP8 GEMMs, a GB300 1.90x.
-    No fitted constant of its own."""
-    return (fp8_gemm_speedup * gpu.peak_tflops("nvfp4") / gpu.peak_tflops("fp8")
-            * nvfp4_value("gemm_peak_fraction_vs_fp8"))
+    over the time an NVFP4 GEMM takes against the same FP8 one, r + o: its
+    MMAs at the dense FP4 rate (r = FP8 peak / FP4 peak: 1/2 on B200 and
+    GB200, 1/3 on GB300) and a part that does not speed up with them
+    (``fp4_time_beyond_peak_vs_fp8``, o = 0.19, measured on a B300: 1.90x
+    MXFP8 where the peaks differ 3x). So a GB200 gains 1.44x over its FP8
+    GEMMs, a GB300 1.90x. No fitted constant of its own."""
+    ratio = gpu.peak_tflops("fp8") / gpu.peak_tflops("nvfp4")
+    return fp8_gemm_speedup / (ratio + nvfp4_value("fp4_time_beyond_peak_vs_fp8"))
 
 
 def quantised_cast_bytes(workload, software, gpu) -> float:
