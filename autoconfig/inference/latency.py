@@ -104,7 +104,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoconfig.core.comm import members_in_domain, p2p_s
-from autoconfig.core.hardware import GPU, Cluster
+from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
                                    attention_weight_params, layer_matmul_flops_per_token,
                                    logits_flops_per_token)
@@ -114,7 +114,7 @@ from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
-from autoconfig.training.fp8 import nvfp4_gemm_speedup
+from autoconfig.training.fp8 import quantised_gemm
 from autoconfig.training.step_time import (BF16_BYTES, PerfConstants, _layer_gemms,
                                            gemm_time_s, load_constants)
 
@@ -191,7 +191,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     tokens = n_d + n_p
     nbytes = workload.weight_bytes_per_value
 
-    speedup, input_bytes = _quantised_speedup(c, workload, gpu)
+    speedup, input_bytes = quantised_gemm(workload.precision, c.fp8_gemm_speedup, gpu)
     peak = gpu.peak_bf16_tflops * 1e12
     eff = c.efficiency_max(gpu)
     ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
@@ -243,16 +243,6 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     gpu_s = gemms + attention + tp_comm + p2p + ep_comm + layers * floor
     launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
-
-
-def _quantised_speedup(c, workload: InferenceWorkload, gpu: GPU) -> tuple[float | None, float]:
-    """(speed-up over bf16, bytes per GEMM input element) of the weight GEMMs, as
-    training prices them (``step_time.gemm_time_s``): FP8 the fitted speed-up and
-    1-byte inputs; NVFP4 its multiple (``training.fp8.nvfp4_gemm_speedup``) and
-    0.5625-byte inputs; bf16 none."""
-    if workload.precision == "nvfp4":
-        return nvfp4_gemm_speedup(c.fp8_gemm_speedup, gpu), workload.weight_bytes_per_value
-    return (c.fp8_gemm_speedup, 1.0) if workload.precision == "fp8" else (None, 1.0)
 
 
 def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer,

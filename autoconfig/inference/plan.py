@@ -11,6 +11,7 @@ import numpy as np
 
 from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import MAX_SEQ_LEN, InputError, shown
+from autoconfig.training.fp8 import nvfp4_value
 
 PLAN_FIELDS = ("tp", "pp", "batch", "replicas", "ep")
 
@@ -108,7 +109,6 @@ class InferenceWorkload:
         """Bytes of one weight: 2 (bf16), 1 (fp8), 0.5625 (nvfp4: a 4-bit element
         and a 1-byte scale per 16, heuristics/fp8.yaml ``nvfp4``)."""
         if self.precision == "nvfp4":
-            from autoconfig.training.fp8 import nvfp4_value
             return nvfp4_value("input_bytes_per_element")
         return 1.0 if self.precision == "fp8" else 2.0
 

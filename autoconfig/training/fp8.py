@@ -143,6 +143,21 @@ def nvfp4_gemm_speedup(fp8_gemm_speedup: float, gpu) -> float:
     return fp8_gemm_speedup / (ratio + nvfp4_value("fp4_time_beyond_peak_vs_fp8"))
 
 
+def quantised_gemm(precision: str, fp8_gemm_speedup: float, gpu,
+                   recipe_time: float = 1.0) -> tuple[float | None, float]:
+    """(speed-up over bf16, bytes per input element) of weight GEMMs in
+    ``precision``, training's and serving's alike; (None, 2) in bf16. FP8: the
+    speed-up over the recipe's GEMM time against per-tensor scaling
+    (``gemm_time_vs_per_tensor``), 1-byte inputs. NVFP4: ``nvfp4_gemm_speedup``,
+    0.5625-byte inputs."""
+    if precision == "nvfp4":
+        return (nvfp4_gemm_speedup(fp8_gemm_speedup, gpu),
+                nvfp4_value("input_bytes_per_element"))
+    if precision == "fp8":
+        return fp8_gemm_speedup / recipe_time, 1.0
+    return None, 2.0
+
+
 def quantised_cast_bytes(workload, software, gpu) -> float:
     """HBM bytes per GEMM-input element the run's quantisation moves (0 in bf16)."""
     if workload.precision == "nvfp4":

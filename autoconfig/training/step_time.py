@@ -51,8 +51,8 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
-from autoconfig.training.fp8 import (gemm_time_vs_per_tensor, nvfp4_gemm_speedup, nvfp4_value,
-                                      quantised_cast_bytes, workload_recipe)
+from autoconfig.training.fp8 import (gemm_time_vs_per_tensor, quantised_cast_bytes,
+                                      quantised_gemm, workload_recipe)
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures, grad_accum_bytes_per_param
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -890,19 +890,13 @@ def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
 
 def _quantised_gemm(c: PerfConstants, workload: Workload, sw: SoftwareFeatures,
                     gpu: GPU) -> tuple[float | None, float]:
-    """(speed-up over bf16, bytes per input element) of the run's weight GEMMs;
-    (None, 2) for a bf16 run. FP8: the fitted per-tensor speed-up over the
-    recipe's measured slow-down (heuristics/fp8.yaml ``gemm_time_vs_per_tensor``:
-    Hopper's blockwise GEMMs apply their block scales in the main loop and run
-    1.34x longer), 1-byte inputs. NVFP4: that speed-up times the FP4/FP8 peak
-    ratio (``nvfp4_gemm_speedup``), 0.5625-byte inputs."""
-    if workload.precision == "nvfp4":
-        return (nvfp4_gemm_speedup(c.fp8_gemm_speedup, gpu),
-                nvfp4_value("input_bytes_per_element"))
+    """(speed-up over bf16, bytes per input element) of the run's weight GEMMs
+    (``fp8.quantised_gemm``), FP8 at its recipe's measured GEMM time (Hopper's
+    blockwise GEMMs apply their block scales in the main loop and run 1.34x
+    longer)."""
     recipe = workload_recipe(workload, sw, gpu)
-    if recipe is None:
-        return None, float(BF16_BYTES)
-    return c.fp8_gemm_speedup / gemm_time_vs_per_tensor(recipe, gpu.generation), 1.0
+    recipe_time = 1.0 if recipe is None else gemm_time_vs_per_tensor(recipe, gpu.generation)
+    return quantised_gemm(workload.precision, c.fp8_gemm_speedup, gpu, recipe_time)
 
 
 def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: float = 4.0):
