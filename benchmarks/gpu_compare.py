@@ -26,7 +26,9 @@ import numpy as np
 import pandas as pd
 
 from autoconfig.core.catalog import get_gpu
+from autoconfig.training.memory import load_constants as load_memory_constants
 from autoconfig.training.step_time import BF16_BYTES, gemm_time_s, load_constants
+from autoconfig.units import GIB
 
 HERE = Path(__file__).resolve().parent / "gpu"
 
@@ -172,7 +174,7 @@ def other_card_report(folder: Path) -> None:
           f"median {bf16.median():.3f} of the {gpu.peak_bf16_tflops:g} TFLOP/s peak")
     fp8_recipe_report(folder)
     attention_report(gpu, constants, folder)
-    if (folder / "train_gpt3-1.3b_profile.csv").exists():
+    if any(folder.glob("train_*_profile.csv")):
         worker_report(folder, card.removeprefix("NVIDIA "))
 
 
@@ -187,14 +189,33 @@ def hbm_report(gpu, constants) -> None:
               for r in e.itertuples()))
 
 
+def _predicted_tensors_gib(total_gib: float) -> float:
+    """The memory model's device total less its fragmentation and context: the
+    tensors, what max_memory_allocated measures."""
+    fragmentation, context = load_memory_constants().overhead_of("megatron-core")
+    return (total_gib * GIB - context) / fragmentation / GIB
+
+
 def worker_report(folder: Path = HERE, card: str = "H100") -> None:
-    t = pd.read_csv(folder / "train_gpt3-1.3b_profile.csv")
-    print(f"training worker, gpt3 1.3b on one {card} (megatron-core 0.16.1 local spec, bf16):")
-    for r in t.itertuples():
-        print(f"  {r.plan:34s} step {r.step_time_s:.3f} s (predicted {r.predicted_step_time_s:.3f},"
-              f" {r.step_time_error_pct:+.0f}%), peak {r.peak_memory_gib:.1f} GiB "
-              f"(predicted {r.predicted_memory_gib:.1f}), measured rank {r.measured_rank} "
-              f"predicted {int(r.predicted_rank)}")
+    for path in sorted(folder.glob("train_*_profile.csv")):
+        t = pd.read_csv(path)
+        name = path.stem.removeprefix("train_").removesuffix("_profile")
+        print(f"training worker, {name} on one {card} (megatron-core 0.16.1 local spec, bf16):")
+        for r in t.itertuples():
+            predicted = f"predicted {r.predicted_memory_gib:.1f}"
+            if r.status != "ok":
+                print(f"  {r.plan:44s} {r.status}, {predicted} GiB")
+                continue
+            memory = f"device peak {r.peak_memory_gib:.1f} GiB ({predicted})"
+            if pd.notna(getattr(r, "peak_allocated_gib", None)):
+                memory += (f", tensors {r.peak_allocated_gib:.1f} (predicted "
+                           f"{_predicted_tensors_gib(r.predicted_memory_gib):.1f})")
+            else:   # records before 2026-11-27 kept the allocator's tensor peak only
+                memory = (f"tensors {r.peak_memory_gib:.1f} GiB (predicted "
+                          f"{_predicted_tensors_gib(r.predicted_memory_gib):.1f})")
+            print(f"  {r.plan:44s} step {r.step_time_s:.3f} s (predicted "
+                  f"{r.predicted_step_time_s:.3f}, {r.step_time_error_pct:+.0f}%), {memory}, "
+                  f"measured rank {int(r.measured_rank)} predicted {int(r.predicted_rank)}")
     print("inference worker (megatron-core 0.16.1 static path, eager), input 512, output 64:")
     for path in sorted(folder.glob("infer_*_profile.csv")):
         i = pd.read_csv(path)

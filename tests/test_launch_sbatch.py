@@ -69,6 +69,8 @@ def test_sbatch_requests_the_cluster_and_options(tmp_path):
                  "#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --qos=high",
                  'CONTAINER_IMAGE="${CONTAINER_IMAGE:-nvcr.io/x:1}"',
                  "export CUDA_DEVICE_MAX_CONNECTIONS=1", "export NCCL_P2P_NET_CHUNKSIZE=2097152",
+                 # the allocator the memory model's fragmentation factor assumes
+                 "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                  'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'):
         assert line in text, line
     # the megatron_args.sh arrays are the sbatch's, byte for byte

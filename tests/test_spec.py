@@ -137,19 +137,23 @@ def test_moe_proxy_stays_moe_and_fits_every_expert_layout(model):
 
 def test_run_choices_name_what_a_cpu_run_changes():
     """Pure: which dispatcher runs and the record's notes, no torch."""
-    from autoconfig.profiling.worker import run_choices
+    from autoconfig.profiling.worker import (LOCAL_LAYERS_NOTE, _has_transformer_engine,
+                                             run_choices)
 
     def choices(model, **kwargs):
         return run_choices(ProfileSpec(model=model, workload=Workload(8, 128),
                                        plan=Plan(1, 1, 2, ep=2), **kwargs))
 
+    # a GPU without TransformerEngine runs megatron-core's local layers, and says so
+    local = [] if _has_transformer_engine() else [LOCAL_LAYERS_NOTE]
     tiny_moe = get_model("tiny-moe")
     assert choices(get_model("tiny"), device="cpu") == ("", [])
+    assert choices(get_model("tiny"), device="cuda") == ("", local)
     for dispatcher in ("alltoall", "allgather"):
         assert choices(tiny_moe, device="cpu", moe_dispatcher=dispatcher) == (dispatcher, [])
-        assert choices(tiny_moe, device="cuda", moe_dispatcher=dispatcher) == (dispatcher, [])
+        assert choices(tiny_moe, device="cuda", moe_dispatcher=dispatcher) == (dispatcher, local)
     for flex in ("flex-deepep", "flex-hybridep"):
-        assert choices(tiny_moe, device="cuda", moe_dispatcher=flex) == (flex, [])
+        assert choices(tiny_moe, device="cuda", moe_dispatcher=flex) == (flex, local)
         used, notes = run_choices(ProfileSpec(model=tiny_moe, workload=Workload(8, 128),
                                               plan=Plan(1, 1, 2), device="cuda",
                                               moe_dispatcher=flex))
@@ -174,8 +178,11 @@ def test_result_records_carry_the_dispatcher_and_notes():
                            world_size=2, step_time_s=0.2, iteration_times_s=(0.3, 0.2),
                            tokens_per_s_per_gpu=1.0, model_tflops_per_gpu=0.1,
                            peak_memory_bytes=1, losses=(7.0, 6.9), model_name="tiny-moe",
-                           moe_dispatcher="alltoall", run_notes="x")
+                           moe_dispatcher="alltoall", run_notes="x", peak_allocated_bytes=1)
     assert ProfileResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    # a record written before the allocated peak was kept still loads
+    old = {k: v for k, v in result.to_dict().items() if k != "peak_allocated_bytes"}
+    assert ProfileResult.from_dict(old).peak_allocated_bytes is None
     record = result_record(result)
     assert (record["ep"], record["moe_dispatcher"], record["run_notes"]) == (2, "alltoall", "x")
 

@@ -150,7 +150,6 @@ def estimate(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     cluster = cluster_from_gpus(gpu_spec, gpus, per_node)
     workload = Workload(global_batch_size=gbs, seq_len=seq_len or spec.seq_len,
                         precision=precision)
-    gpu_spec.peak_tflops(precision)  # fp8 on a GPU without it is an InputError
     check_fp8_recipe(software, stack.features, workload, gpu_spec)
     if etp is None:
         etp = tp if spec.is_moe else 1

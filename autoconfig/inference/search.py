@@ -27,7 +27,7 @@ import pandas as pd
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
-from autoconfig.training.fp8 import check_nvfp4
+from autoconfig.training.fp8 import check_precision
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.job import Job
 from autoconfig.inference.latency import MODES, latency
@@ -309,9 +309,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                          "continuous batching and no --batch, --request-rate or "
                          "--disaggregated (--concurrency sets its clients)")
     limits = limits or Limits()
-    if workload.precision == "nvfp4":
-        check_nvfp4(cluster.gpu)    # InputError: no FP4 tensor cores
-    cluster.gpu.peak_tflops(workload.precision)    # InputError: fp8 on a GPU without it
+    check_precision(cluster.gpu, workload.precision)
     if job is not None:
         pins = Pins(pins.tp, pins.pp, (largest_batch(max_batch, mode, engine),))
     plans = candidate_table(model, cluster, max_batch, engine, mode, pins)

@@ -19,6 +19,10 @@ from autoconfig.launch.spec import LaunchSpec
 MASTER_PORT = 6000
 MEGATRON_LM_DEFAULT = "/opt/megatron-lm"
 P2P_CHUNK_BYTES = 2097152
+ALLOCATOR_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+"""PyTorch's allocator maps memory on demand in growable segments, so little of the
+cache is stranded between blocks: the memory model's megatron-core fragmentation
+factor (heuristics/memory.yaml) assumes it, and the profiling worker runs with it."""
 
 
 def environment(spec: LaunchSpec) -> list[tuple[str, str, str]]:
@@ -41,7 +45,10 @@ def environment(spec: LaunchSpec) -> list[tuple[str, str, str]]:
                "scripts/performance/utils/overrides.py: 1 for TP/CP > 1 without MoE A2A "
                "overlap, 32 on Blackwell or with DeepEP/HybridEP, else 8; Megatron-LM "
                "asks for 1 with TP/CP unless --overlap-moe-expert-parallel-comm)")
-    env = [("CUDA_DEVICE_MAX_CONNECTIONS", connections, why)]
+    env = [("CUDA_DEVICE_MAX_CONNECTIONS", connections, why),
+           (*ALLOCATOR_ENV, "growable allocator segments strand less memory (Megatron-Bridge "
+            "v0.4.0 performance guide against segmentation; its performance scripts set it for "
+            "DeepSeek-V3 and Llama 3.1 405B); the memory prediction assumes it")]
     if moe is not None and moe.flex_backend == "hybridep":
         domain = 72 if gpu.startswith(("gb200", "gb300")) else spec.cluster.gpus_per_node
         env.append(("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(plan.ep, domain)),

@@ -80,7 +80,7 @@ _COLUMNS = ["predicted_rank", "plan", *PLAN_FIELDS, "status", "device", "world_s
             "step_time_s", "predicted_step_time_s", "step_time_error_pct",
             "tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "tokens_error_pct",
             "model_tflops_per_gpu", "peak_memory_gib", "predicted_memory_gib",
-            "first_loss", "moe_dispatcher", "run_notes", "error"]
+            "peak_allocated_gib", "first_loss", "moe_dispatcher", "run_notes", "error"]
 
 
 def _row(plan: Plan, result: dict, pred: dict) -> dict:
@@ -92,6 +92,7 @@ def _row(plan: Plan, result: dict, pred: dict) -> dict:
     comparable = device == "cuda"
     losses = result.get("losses") or []
     peak = optional_float(result.get("peak_memory_bytes"))
+    allocated = optional_float(result.get("peak_allocated_bytes"))
     row = {name: getattr(plan, name) for name in PLAN_FIELDS}
     row.update(
         predicted_rank=optional_float(pred.get("predicted_rank")), plan=plan_label(plan),
@@ -104,6 +105,7 @@ def _row(plan: Plan, result: dict, pred: dict) -> dict:
         model_tflops_per_gpu=optional_float(result.get("model_tflops_per_gpu")),
         peak_memory_gib=None if peak is None else peak / GIB,
         predicted_memory_gib=optional_float(pred.get("predicted_memory_gib")),
+        peak_allocated_gib=None if allocated is None else allocated / GIB,
         first_loss=optional_float(losses[0]) if isinstance(losses, list) and losses else None,
         moe_dispatcher=_text(result.get("moe_dispatcher")),
         run_notes=_text(result.get("run_notes")),

@@ -82,7 +82,10 @@ class ProfileResult:
     model_tflops_per_gpu: float | None
     """Model FLOPs (no recompute) per second per GPU / 1e12."""
     peak_memory_bytes: int | None
-    """Max over ranks: CUDA allocator peak on GPU, resident set size on CPU."""
+    """Max over ranks: on GPU the device memory at the peak (the allocator's
+    reserved peak plus what it does not hold: CUDA context, cuBLAS and NCCL
+    buffers), what nvidia-smi shows and the memory model predicts; on CPU the
+    resident set size."""
     losses: tuple[float, ...]
     """Loss per iteration (mean over every token of the global batch)."""
     error: str = ""
@@ -94,6 +97,10 @@ class ProfileResult:
     run_notes: str = ""
     """What the run changed from the plan's stack or model, in words (a CPU
     dispatcher fallback, multi-latent attention run as GQA...); empty if nothing."""
+    peak_allocated_bytes: int | None = None
+    """GPU runs: max over ranks of the tensors' own peak (``max_memory_allocated``),
+    the memory model's total less fragmentation and context; None on CPU and in
+    records written before it was kept."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -44,14 +44,15 @@ FINAL_STATUSES = ("ok", "oom", "error", "timeout")
 KNOWN_STATUSES = FINAL_STATUSES + ("cancelled", "node_fail")
 """Every status a worker or executor records (``autoconfig.profiling.spec.STATUSES``)."""
 POSITIVE_FIELDS = ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-                   "peak_memory_bytes")
+                   "peak_memory_bytes", "peak_allocated_bytes")
 """Measured figures that, when present, must be positive finite numbers."""
 """Outcomes that belong to the plan itself. ``cancelled`` and ``node_fail``
 come from outside the plan, so a resumed sweep runs those plans again."""
 
 RESULT_FIELDS = ("status", "device", "world_size", "step_time_s", "iteration_times_s",
                  "tokens_per_s_per_gpu", "model_tflops_per_gpu", "peak_memory_bytes",
-                 "losses", "error", "model_name", "moe_dispatcher", "run_notes")
+                 "losses", "error", "model_name", "moe_dispatcher", "run_notes",
+                 "peak_allocated_bytes")
 
 
 def is_results_folder(path: Path) -> bool:

@@ -107,6 +107,7 @@ import zlib
 from pathlib import Path
 
 from autoconfig.core.model import model_flops_per_token
+from autoconfig.launch.sbatch import ALLOCATOR_ENV
 from autoconfig.profiling.spec import ProfileResult, ProfileSpec
 
 ERROR_TAIL_LINES = 20
@@ -125,6 +126,12 @@ RELATIVE_BIAS_NOTE = ("relative position bias needs TransformerEngine's attentio
                       "local DotProductAttention refuses an attention bias): ran learned "
                       "absolute positions")
 """What a T5 run with a relative position bias changes where TE is missing (CPU included)."""
+LOCAL_LAYERS_NOTE = ("no TransformerEngine on this GPU: megatron-core's local layers ran (PyTorch "
+                     "norms and rotary embedding, attention probabilities kept in fp32 and bf16), "
+                     "which keep more activations and launch more kernels than the TE layers "
+                     "the prediction prices")
+"""Why a GPU run without TE measures above its prediction: on an H200 a Qwen3-like MoE
+layer kept 2.1x the activation bytes of the TE layer (benchmarks/gpu/README.md)."""
 MCORE_DISPATCHERS = {"allgather": ("allgather", None), "alltoall": ("alltoall", None),
                      "flex-deepep": ("flex", "deepep"), "flex-hybridep": ("flex", "hybridep")}
 """stack.MOE_DISPATCHERS -> megatron-core (moe_token_dispatcher_type, moe_flex_dispatcher_backend)."""
@@ -154,6 +161,8 @@ def run_task(spec: ProfileSpec) -> ProfileResult | None:
     if refusal:   # every rank refuses alike before any rendezvous: none waits on another
         return ProfileResult.failed(spec, "error", refusal)
     rank, world_size, local_rank, addr, port = _dist_env(spec)
+    if spec.device == "cuda":   # read when CUDA's allocator starts, after this
+        os.environ.setdefault(*ALLOCATOR_ENV)
     import torch
 
     result = None
@@ -361,6 +370,8 @@ def run_choices(spec: ProfileSpec) -> tuple[str, list[str]]:
         notes.append(f"the {m.mtp_layers} multi-token-prediction module(s) were not built")
     if m.position_embedding == "relative" and not _uses_transformer_engine(spec):
         notes.append(RELATIVE_BIAS_NOTE)
+    if spec.device == "cuda" and not _has_transformer_engine():
+        notes.append(LOCAL_LAYERS_NOTE)
     return dispatcher, notes
 
 
@@ -917,8 +928,10 @@ def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
     # Every TP rank of the last stage holds the same loss: the factor cancels in sum/tokens.
     sums = torch.tensor([[s, n] for s, n in losses], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(sums)
-    memory = torch.tensor([_peak_memory_bytes(spec)], dtype=torch.float64, device=device)
+    memory = torch.tensor([_peak_memory_bytes(spec), _peak_allocated_bytes(spec)],
+                          dtype=torch.float64, device=device)
     torch.distributed.all_reduce(memory, op=torch.distributed.ReduceOp.MAX)
+    device_peak, allocated_peak = (int(x) for x in memory.tolist())
 
     iteration_times = tuple(float(t) for t in times.tolist())
     step_time = statistics.median(iteration_times[spec.warmup_steps:])
@@ -932,18 +945,33 @@ def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
         step_time_s=step_time, iteration_times_s=iteration_times,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         model_tflops_per_gpu=flops * tokens_per_s_per_gpu / 1e12,
-        peak_memory_bytes=int(memory.item()),
+        peak_memory_bytes=device_peak, peak_allocated_bytes=allocated_peak or None,
         losses=tuple(float(s / n) for s, n in sums.tolist()), model_name=spec.model.name)
 
 
 def _peak_memory_bytes(spec: ProfileSpec) -> int:
+    """Device memory at the peak, as the memory model counts it: the allocator's
+    reserved peak (its tensors and the cache they fragment) plus the memory it
+    does not hold (CUDA context, cuBLAS workspaces, NCCL buffers), read as used
+    minus reserved after the last step. max_memory_allocated alone left out both:
+    on an H200 it read 97.9 GiB for a plan predicted at 93.0 GiB of device memory,
+    of which 86.2 GiB are tensors."""
     import torch
 
     if spec.device == "cuda":
-        return int(torch.cuda.max_memory_allocated())
+        free, total = torch.cuda.mem_get_info()
+        outside = max(total - free - torch.cuda.memory_reserved(), 0)
+        return int(torch.cuda.max_memory_reserved() + outside)
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024   # KiB on Linux
+
+
+def _peak_allocated_bytes(spec: ProfileSpec) -> int:
+    """The tensors' own peak on GPU (0 on CPU, where the RSS is all there is)."""
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if spec.device == "cuda" else 0
 
 
 # ---------------------------------------------------------------- entry point

@@ -15,7 +15,7 @@ from autoconfig.errors import AutoconfigError, InputError
 from autoconfig.core.hardware import GPU, Cluster
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload
-from autoconfig.training.fp8 import check_nvfp4
+from autoconfig.training.fp8 import check_precision
 from autoconfig.training.search import search
 from autoconfig.training.space import AxisChoices
 from autoconfig.training.stack import SoftwareFeatures
@@ -107,9 +107,7 @@ def capacity_grid(model: ModelSpec, workload: Workload, gpus: Sequence[GPU],
 def _has_precision(gpu, precision: str) -> bool:
     """Whether ``gpu`` has tensor cores (and a catalog peak) for ``precision``."""
     try:
-        if precision == "nvfp4":
-            check_nvfp4(gpu)
-        gpu.peak_tflops(precision)
+        check_precision(gpu, precision)
     except InputError:
         return False
     return True

@@ -166,14 +166,23 @@ def quantised_cast_bytes(workload, software, gpu) -> float:
     return 0.0 if recipe is None else cast_bytes_per_element(recipe)
 
 
-def check_fp8_recipe(software, stack_features, workload, gpu) -> None:
-    """InputError for a recipe the GPU cannot run, or one asked (beyond the
-    stack's own) of a run that is not FP8; an NVFP4 run on a GPU without FP4."""
-    if workload.precision == "nvfp4":
+def check_precision(gpu, precision: str) -> None:
+    """InputError unless ``gpu`` runs ``precision``: FP4 tensor cores for NVFP4,
+    and a catalog peak for any. The one check search, estimate, capacity and
+    infer make before pricing anything."""
+    if precision == "nvfp4":
         check_nvfp4(gpu)
+    else:
+        gpu.peak_tflops(precision)
+
+
+def check_fp8_recipe(software, stack_features, workload, gpu) -> None:
+    """InputError for a precision the GPU cannot run (``check_precision``), a
+    recipe it cannot run, or one asked (beyond the stack's own) of a run that is
+    not FP8."""
+    check_precision(gpu, workload.precision)
     if workload.precision == "fp8":
-        if gpu.peak_fp8_tflops is not None:  # no FP8 at all is the precision's own error
-            run_recipe(software.fp8_recipe, gpu)
+        run_recipe(software.fp8_recipe, gpu)
     elif software.fp8_recipe != stack_features.fp8_recipe:
         raise InputError(f"--fp8-recipe {software.fp8_recipe} needs --precision fp8 (the run "
                          f"is {workload.precision})")

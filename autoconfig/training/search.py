@@ -20,7 +20,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import module_list
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
-from autoconfig.training.fp8 import check_nvfp4
+from autoconfig.training.fp8 import check_precision
 from autoconfig.training.space import (R_DP, R_EP_DENSE, R_EP_EXPERTS, R_ETP_FFN, R_GBS,
                                        R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
                                        enumerate_plans)
@@ -96,10 +96,7 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     choices = runnable_choices(choices, software, stack)
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
-    if workload.precision == "nvfp4":
-        check_nvfp4(cluster.gpu)  # InputError on GPUs without FP4 tensor cores
-    if workload.precision != "bf16":
-        cluster.gpu.peak_tflops(workload.precision)  # InputError on GPUs without it
+    check_precision(cluster.gpu, workload.precision)
     space = runnable_recompute(enumerate_plans(model, workload, cluster, choices), software)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(model, workload, cluster, space))

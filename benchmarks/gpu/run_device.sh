@@ -23,6 +23,11 @@
 #             graph-replayed GEMMs, into other/
 #   moe       benchmarks/gpu_kernels.py: one rank's MoE expert GEMMs at published
 #             layouts (per-expert loop, FP8, grouped kernel), into moe/
+#   moe_train `autoconfig search --profile --device cuda` on an inline 2.1B-parameter
+#             MoE (12 layers, h 2048, 16 experts top 4, expert FFN 1536): real
+#             megatron-core MoE steps (SequentialMLP, no Transformer Engine) beside
+#             the predictions (2026-11-27, H200)
+#   t5_train  the same on t5 3b (encoder-decoder), 512/128 tokens (2026-11-27, H200)
 #   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
 gpu=${AC_GPU:-h100}
@@ -62,6 +67,18 @@ for stage in "$@"; do
             --gpu "$gpu" --gpus-per-node 1 --nodes 1 --gbs 16 --seq-len 2048 --no-fused-attention \
             --no-gradient-accumulation-fusion --profile --device cuda --executor local \
             --top-k 4 --max-steps 5 --warmup-steps 2 --max-minutes 3 --no-plots -o train) ;;
+    moe_train)
+        (cd "$work" && timeout 240 python3 -m autoconfig search --layers 12 --hidden 2048 \
+            --heads 16 --kv-heads 4 --swiglu --vocab 32000 --num-experts 16 --moe-topk 4 \
+            --moe-ffn 1536 --gpu "$gpu" --gpus-per-node 1 --nodes 1 --gbs 16 --seq-len 2048 \
+            --no-fused-attention --no-gradient-accumulation-fusion --profile --device cuda \
+            --executor local --top-k 4 --max-steps 5 --warmup-steps 2 --max-minutes 3 \
+            --no-plots -o train-moe) ;;
+    t5_train)
+        (cd "$work" && timeout 200 python3 -m autoconfig search --model t5 --size 3b \
+            --gpu "$gpu" --gpus-per-node 1 --nodes 1 --gbs 32 --no-fused-attention \
+            --no-gradient-accumulation-fusion --profile --device cuda --executor local \
+            --top-k 4 --max-steps 5 --warmup-steps 2 --max-minutes 3 --no-plots -o train-t5) ;;
     other)
         timeout 300 python3 benchmarks/gpu_kernels.py --out "$work/other" --budget-s 220 \
             --only hbm,fp8_recipes,attention,graph_gemm ;;
