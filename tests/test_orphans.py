@@ -201,7 +201,7 @@ def test_a_full_disk_mid_sweep_leaves_no_job_running(tmp_path, monkeypatch):
     assert not (tmp_path / ownership.JOBS_FILE).exists()
 
 
-ROUNDS = ["-m", "autoconfig", "search", "--model", "tiny", "--gpus-per-node", "2", "--nodes", "1",
+ROUNDS = ["-m", "autoconfig", "search", "--model", "tiny", "--gpus-per-node", "1", "--nodes", "1",
           "--device", "cpu", "--profile", "--top-k", "2", "--max-runs", "6", "--max-steps", "1",
           "--warmup-steps", "1", "--max-parallel", "2", "--no-plots"]
 

@@ -17,7 +17,7 @@ def profiled_search(tmp_path_factory):
     pytest.importorskip("megatron.core")
     out = tmp_path_factory.mktemp("tiny-search")
     proc = subprocess.run(
-        [sys.executable, "-m", "autoconfig", "search", "--model", "tiny", "--gpus-per-node", "4",
+        [sys.executable, "-m", "autoconfig", "search", "--model", "tiny", "--gpus-per-node", "2",
          "--nodes", "1", "--device", "cpu", "--profile", "--executor", "local", "--top-k", "4",
          "--max-steps", "2", "--warmup-steps", "1", "-o", str(out)],
         capture_output=True, text=True, timeout=900)
