@@ -168,6 +168,8 @@ def _generate_and_measure(spec: InferenceProfileSpec, world_size: int) -> dict:
     from megatron.core.inference.model_inference_wrappers.inference_wrapper_config import (
         InferenceWrapperConfig)
 
+    from autoconfig.profiling.worker import peak_memory_bytes
+
     model, config, vocab = _build_model(spec)
     batch, s_in = spec.plan.batch, spec.workload.input_len_tokens
     total = spec.workload.total_len_tokens
@@ -198,7 +200,7 @@ def _generate_and_measure(spec: InferenceProfileSpec, world_size: int) -> dict:
             "measured_ttft_ms": ttft * 1e3, "measured_tpot_ms": tpot * 1e3,
             "measured_latency_ms": latency * 1e3,
             "measured_tokens_per_s_per_replica": batch * spec.workload.output_len_tokens / latency,
-            "step_times_s": times, "peak_memory_bytes": _peak_memory_bytes(spec),
+            "step_times_s": times, "peak_memory_bytes": peak_memory_bytes(spec),
             "model_name": spec.model.name, "batch": batch, "error": ""}
 
 
@@ -231,16 +233,6 @@ def _synchronize(spec) -> None:
 
     if spec.device == "cuda":
         torch.cuda.synchronize()
-
-
-def _peak_memory_bytes(spec) -> int:
-    import torch
-
-    if spec.device == "cuda":
-        return int(torch.cuda.max_memory_allocated())
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def main() -> int:

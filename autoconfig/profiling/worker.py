@@ -928,7 +928,7 @@ def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
     # Every TP rank of the last stage holds the same loss: the factor cancels in sum/tokens.
     sums = torch.tensor([[s, n] for s, n in losses], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(sums)
-    memory = torch.tensor([_peak_memory_bytes(spec), _peak_allocated_bytes(spec)],
+    memory = torch.tensor([peak_memory_bytes(spec), _peak_allocated_bytes(spec)],
                           dtype=torch.float64, device=device)
     torch.distributed.all_reduce(memory, op=torch.distributed.ReduceOp.MAX)
     device_peak, allocated_peak = (int(x) for x in memory.tolist())
@@ -949,13 +949,14 @@ def _aggregate(spec: ProfileSpec, world_size: int, step_times: list[float],
         losses=tuple(float(s / n) for s, n in sums.tolist()), model_name=spec.model.name)
 
 
-def _peak_memory_bytes(spec: ProfileSpec) -> int:
+def peak_memory_bytes(spec) -> int:
     """Device memory at the peak, as the memory model counts it: the allocator's
     reserved peak (its tensors and the cache they fragment) plus the memory it
     does not hold (CUDA context, cuBLAS workspaces, NCCL buffers), read as used
     minus reserved after the last step. max_memory_allocated alone left out both:
     on an H200 it read 97.9 GiB for a plan predicted at 93.0 GiB of device memory,
-    of which 86.2 GiB are tensors."""
+    of which 86.2 GiB are tensors. On CPU the resident set size. The training and
+    the inference worker record it alike."""
     import torch
 
     if spec.device == "cuda":
