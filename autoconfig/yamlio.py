@@ -10,6 +10,12 @@ from autoconfig.errors import CatalogError, InputError
 from autoconfig.textfile import read_text
 
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it (its wheels are): the same safe
+constructors and resolvers, parsing ~10x faster; every command reads the catalogs,
+whose parsing was most of `infer`'s 2 s."""
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     """Load one YAML mapping; a missing or malformed file is a CatalogError."""
     try:
@@ -17,7 +23,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
     except InputError as exc:
         raise CatalogError(str(exc)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from autoconfig.inference.engine import get_engine
 from autoconfig.inference.latency import ALLREDUCES_PER_LAYER, latency
 from autoconfig.inference.memory import kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
-from autoconfig.inference.published import validate
+from autoconfig.inference.published import default_points_path, validate
 from autoconfig.inference.search import Limits, pareto_mask, predict, search
 from autoconfig.training.step_time import load_constants
 from cli_runner import run_cli
@@ -215,21 +216,35 @@ def test_search_prunes_what_does_not_fit_and_counts_it() -> None:
 # ---------------------------------------------------------------- published points
 
 
-def test_published_seed_points_keep_their_order() -> None:
+SEED_IDS = ("I001", "I002", "I003")
+
+
+def _points_subset(tmp_path, ids) -> str:
+    """The shipped points file cut to ``ids`` (the whole set takes minutes: its
+    MLPerf Server rows each search their rate; ``benchmarks/infer_speed.py``)."""
+    points = pd.read_csv(default_points_path())
+    path = tmp_path / "points.csv"
+    points[points["point_id"].isin(ids)].to_csv(path, index=False)
+    return str(path)
+
+
+def test_published_seed_points_keep_their_order(tmp_path) -> None:
     """The three GPT-3 175B DGX A100 points of NeMo's HP tool (benchmarks/published_inference.csv)."""
-    result = validate()
+    result = validate(Path(_points_subset(tmp_path, SEED_IDS)))
     seed = result.table[result.table["source_id"] == "SI01"]
     assert len(seed) == 3 and set(seed["engine"]) == {"fastertransformer"}
     assert result.seed_order_holds
     assert seed["latency_error_pct"].abs().max() < 50
 
 
-def test_infer_validate_cli_prints_per_engine_figures(capsys) -> None:
-    code, out, _ = run_cli(["infer-validate"], capsys)
+def test_infer_validate_cli_prints_per_engine_figures(capsys, tmp_path) -> None:
+    code, out, _ = run_cli(["infer-validate", "--points",
+                            _points_subset(tmp_path, SEED_IDS + ("J021", "J092", "J144"))],
+                           capsys)
     assert code == 0
-    for point in ("I001", "I002", "I003"):
+    for point in ("I001", "I002", "I003", "J021", "J092", "J144"):
         assert point in out
-    assert "fastertransformer  latency" in out
+    assert "fastertransformer  latency" in out and "tensorrt-llm       ttft" in out
     assert "order by throughput per GPU" in out and ": holds" in out
     assert "leave-one-source-out" in out
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from autoconfig.cli.options import IntListOrAuto, model_options
+from autoconfig.cli.options import IntListOrAuto, RateOrMax, model_options
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
@@ -18,7 +18,7 @@ from autoconfig.errors import InputError
 from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
 from autoconfig.inference.latency import MODES
-from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES
+from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES, STATISTICS
 from autoconfig.profiling import executors
 from autoconfig.profiling.spec import DEVICES
 from autoconfig.profiling.store import RETRY_CHOICES
@@ -112,10 +112,16 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="Continuous batching: requests in flight per replica to predict, e.g. "
                    "32,64 (default: the largest meeting the limits); with --num-requests, "
                    "the job's clients.")
-@click.option("--request-rate", type=float, default=None,
+@click.option("--request-rate", type=RateOrMax(), default=None,
               help="Continuous batching: requests/s the whole cluster must serve; each layout "
                    "at the concurrency that rate brings (Little's law). With --num-requests: "
-                   "the job's arrival rate.")
+                   "the job's arrival rate; max: the largest rate at which the job meets the "
+                   "latency limits (MLPerf Server's question), searched per layout.")
+@click.option("--limit-statistic", type=click.Choice(STATISTICS), default="mean",
+              show_default=True,
+              help="What --max-ttft-ms/--max-tpot-ms/--max-latency-ms bound: the mean over "
+                   "requests, or with --num-requests their median (p50) or 99th percentile "
+                   "(p99, as MLPerf's Server constraints and most serving SLAs).")
 @click.option("--disaggregated", is_flag=True,
               help="Also rank serving with prefill and decode on separate GPU pools (the KV "
                    "cache moved between them), as rows beside aggregated serving.")
@@ -161,7 +167,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
           max_batched_tokens, kv_cache_tokens, batching, batch, concurrency,
-          request_rate, disaggregated, tp,
+          request_rate, limit_statistic, disaggregated, tp,
           pp, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
           dry_run, calibration, retry) -> None:
@@ -193,7 +199,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
     workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
-    limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput)
+    limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)
     engine = engines.with_kv_cache_tokens(engines.with_max_batched_tokens(
         engines.with_mixed_prefill(engines.with_decode_steps(
             engines.get_engine(engine_name), decode_steps), mixed_prefill), max_batched_tokens),
@@ -209,12 +215,17 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if concurrency and batching == "static":
         raise InputError("--concurrency needs --batching continuous (static batches take "
                          "--batch)")
+    if request_rate == "max" and num_requests is None:
+        raise InputError("--request-rate max searches the rate of a job: give --num-requests "
+                         "(and the latency limits it must meet)")
     mode = batching or ("continuous" if concurrency or request_rate or num_requests else None)
     job = None
     if num_requests is not None:
         if concurrency and len(concurrency) > 1:
             raise InputError("--num-requests takes one --concurrency (its clients), not a list")
-        job = Job(num_requests, concurrency[0] if concurrency else None, request_rate)
+        searched = request_rate == "max"
+        job = Job(num_requests, concurrency[0] if concurrency else None,
+                  None if searched else request_rate, searched)
         concurrency = request_rate = None
     pins = Pins(tp=tuple(tp or ()), pp=tuple(pp or ()), batch=tuple(batch or concurrency or ()))
     options = None

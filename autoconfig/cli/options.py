@@ -69,6 +69,26 @@ class Count(click.types.IntParamType):
         return number
 
 
+class RateOrMax(click.ParamType):
+    """A request rate (a float; checked where it is used) or ``max``, returned as
+    the string "max": the largest rate meeting the latency limits."""
+
+    name = "FLOAT|max"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        if text == "max":
+            return "max"
+        try:
+            return float(text)
+        except ValueError:
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            raise InputError(f"invalid {flag} {shown(str(value))}: expected a number of "
+                             "requests/s or max") from None
+
+
 def _recompute_kind(text: str) -> str | None:
     return text if text in RECOMPUTE_KINDS else None
 

@@ -55,6 +55,9 @@ class Job:
     requests: int
     clients: int | None = None
     rate_per_s: float | None = None
+    rate_search: bool = False
+    """Sent at the largest Poisson rate at which the job meets the search's latency
+    limits (``infer --request-rate max``; ``autoconfig.inference.rate_search``)."""
 
     def __post_init__(self) -> None:
         for name, flag in (("requests", "--num-requests"), ("clients", "--concurrency")):
@@ -67,9 +70,11 @@ class Job:
                                  f"up to {MAX_COUNT}")
         if self.rate_per_s is not None:
             check_rate(self.rate_per_s)
-            if self.clients is not None:
-                raise InputError("give a job either --concurrency (closed-loop clients) or "
-                                 "--request-rate (arrivals at a rate), not both")
+        if (self.rate_per_s is not None or self.rate_search) and self.clients is not None:
+            raise InputError("give a job either --concurrency (closed-loop clients) or "
+                             "--request-rate (arrivals at a rate), not both")
+        if self.rate_search and self.rate_per_s is not None:
+            raise ValueError("a job searched for its rate has no rate of its own")
 
     def per_replica(self, replicas: int) -> "Job":
         """The share of one of ``replicas`` replicas (requests and rate spread evenly)."""

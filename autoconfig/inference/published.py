@@ -40,7 +40,8 @@ COLUMNS = ("point_id", "source_id", "model", "gpu", "tp", "pp", "batch", "input_
            "output_len_tokens", "precision")
 OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "tpot_ms",
             "latency_ms", "throughput_tokens_per_s", "throughput_samples_per_s",
-            "limit_ttft_ms", "limit_tpot_ms", "statistic", "num_requests", "clients",
+            "limit_ttft_ms", "limit_tpot_ms", "limit_statistic", "statistic", "num_requests",
+            "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
             "max_batched_tokens", "kv_cache_tokens")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
@@ -100,7 +101,9 @@ def ask(row) -> pd.Series:
     """The prediction ``autoconfig infer`` gives for this point: a static batch
     (``batch``); a finite job of ``num_requests`` (``infer --num-requests``), sent
     all at once, by ``clients`` closed-loop clients or at the request rate
-    (Poisson arrivals); a request rate at steady state; a fixed
+    (Poisson arrivals), or at the largest rate meeting its latency limits
+    (``limit_*`` columns: an MLPerf Server or Interactive result, whose rate is
+    what the submitter found); a request rate at steady state; a fixed
     concurrency (``clients``); or, with none of these, offline at the largest
     concurrency that fits. For continuous batching ``batch`` is the engine's cap
     on running sequences of one replica that the source ran with."""
@@ -126,11 +129,17 @@ def ask(row) -> pd.Series:
     engines.check_precision(engine, workload.precision)
     batch, rate = optional_float(row.batch), optional_float(row.request_rate_per_s)
     requests, clients = optional_float(row.num_requests), optional_float(row.clients)
-    limits = Limits(optional_float(row.limit_ttft_ms), optional_float(row.limit_tpot_ms))
+    limits = Limits(optional_float(row.limit_ttft_ms), optional_float(row.limit_tpot_ms),
+                    statistic=_cell(row.limit_statistic) or "mean")
     cap = None if batch is None else int(batch)
     mode, job, pins = "continuous", None, Pins((tp,), (pp,))
     if str(row.batching) != "continuous":
         mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (int(batch),))
+    elif requests is not None and limits.latency_bound:
+        # The published rate is the submitter's answer to "the largest rate meeting
+        # these limits" (MLPerf Server, Interactive): ask that question
+        # (--request-rate max); the rate is scored through the throughput.
+        rate, job = None, Job(int(requests), None, None, rate_search=True)
     elif requests is not None:
         arriving = rate if rate is not None and math.isfinite(rate) else None
         rate, job = None, Job(int(requests), None if clients is None else int(clients), arriving)
@@ -156,11 +165,17 @@ def ask(row) -> pd.Series:
     return result.table.iloc[0]
 
 
-def _mixed_prefill_cell(value) -> bool | None:
-    """The ``mixed_prefill`` cell: true or false; empty: None, the engine's default."""
+def _cell(value) -> str | None:
+    """A text cell, stripped and lower-cased; None when empty."""
     text = "" if value is None or (isinstance(value, float) and math.isnan(value)) \
         else str(value).strip().lower()
-    if not text:
+    return text or None
+
+
+def _mixed_prefill_cell(value) -> bool | None:
+    """The ``mixed_prefill`` cell: true or false; empty: None, the engine's default."""
+    text = _cell(value)
+    if text is None:
         return None
     if text not in ("true", "false"):
         raise InputError(f"invalid mixed_prefill {value!r}: allowed are true, false or empty")

@@ -37,8 +37,10 @@ def top_headers(result: InferenceSearchResult) -> tuple[str, ...]:
     headers = TOP_HEADERS[:3] + ("EP",) + TOP_HEADERS[3:] if result.model.is_moe \
         else TOP_HEADERS
     headers = headers + ("prefill pool",) if _split(result) else headers
-    return headers + ("job s", "TTFT p99 ms", "TPOT p99 ms") if result.job is not None \
-        else headers
+    if result.job is None:
+        return headers
+    return headers + ("job s", "TTFT p99 ms", "TPOT p99 ms") \
+        + (("rate/s",) if result.job.rate_search else ())
 
 
 def _pool(r) -> str:
@@ -59,7 +61,8 @@ def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
              f"{r.requests_per_s_total:.4g}", f"{r.memory_gib:.1f}", "*" if r.pareto else "",
              *((_pool(r),) if split else ()),
              *((f"{r.job_duration_s:.4g}", f"{r.ttft_p99_ms:.4g}", f"{r.tpot_p99_ms:.4g}")
-               if result.job is not None else ()))
+               if result.job is not None else ()),
+             *((f"{r.request_rate_per_s:.4g}",) if _searched(result) else ()))
             for i, r in enumerate(result.table.head(n).itertuples(index=False))]
 
 
@@ -75,9 +78,9 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
             "replica" if result.mode == "continuous" else
             "static batches: 'batch' requests served together")
     if result.job is not None:
-        what = (f"continuous batching of a job of {_job_text(result.job)}: 'batch' is the "
-                "engine's cap on running sequences per replica, times are means over the "
-                "job's requests (p99: their 99th percentile; the csv and json add the "
+        what = (f"continuous batching of a job of {_job_text(result.job, result.limits)}: "
+                "'batch' is the engine's cap on running sequences per replica, times are "
+                "means over the job's requests (p99: their 99th percentile; the csv and json add the "
                 "medians and the inter-token gaps pooled over the requests, itl), "
                 "throughput over its whole duration")
     if e.decode_steps > 1:
@@ -95,9 +98,16 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
-def _job_text(job) -> str:
+def _searched(result: InferenceSearchResult) -> bool:
+    return result.job is not None and result.job.rate_search
+
+
+def _job_text(job, limits) -> str:
     how = ("sent all at once" if job.clients is None else f"sent by {job.clients} clients") \
         if job.rate_per_s is None else f"arriving at {job.rate_per_s:g}/s (Poisson)"
+    if job.rate_search:
+        how = (f"arriving (Poisson) at the largest rate meeting the {limits.statistic} "
+               "latency limits (rate/s, whole cluster; inf: sent at once they still meet them)")
     return f"{job.requests} requests {how}"
 
 
@@ -108,7 +118,7 @@ def _length(mean: int, std: float) -> str:
 def headline(result: InferenceSearchResult) -> str:
     m, c, w = result.model, result.cluster, result.workload
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
-    job = f", a job of {_job_text(result.job)}" if result.job is not None else ""
+    job = f", a job of {_job_text(result.job, result.limits)}" if result.job is not None else ""
     return (f"{m.name} ({format_count(total_params(m))} params{active}) inference on {c.nodes} x "
             f"{c.gpus_per_node} {c.gpu.name}, input {_length(w.input_len_tokens, w.input_len_std_tokens)}, "
             f"output {_length(w.output_len_tokens, w.output_len_std_tokens)} tokens{job}, "
@@ -141,6 +151,12 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "num_requests": result.job.requests if result.job is not None else None,
             "clients": result.job.clients if result.job is not None else None,
             "job_request_rate_per_s": result.job.rate_per_s if result.job is not None else None,
+            "job_rate_searched": bool(result.job is not None and result.job.rate_search),
+            "limits": {"max_ttft_ms": result.limits.max_ttft_ms,
+                       "max_tpot_ms": result.limits.max_tpot_ms,
+                       "max_latency_ms": result.limits.max_latency_ms,
+                       "min_throughput_tokens_per_s": result.limits.min_throughput_tokens_per_s,
+                       "statistic": result.limits.statistic},
             "precision": result.workload.precision, "objective": result.objective,
             "engine": result.engine.name if result.engine else None,
             "decode_steps": result.engine.decode_steps if result.engine else None,

@@ -19,6 +19,7 @@ Plans that do not fit in memory, or miss a latency or throughput limit, are
 pruned and counted by reason. Pure: no printing, no files.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,13 +30,14 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
 from autoconfig.training.fp8 import check_precision
 from autoconfig.inference.engine import Engine, get_engine
-from autoconfig.inference.job import Job
+from autoconfig.inference.job import PERCENTILES, Job
 from autoconfig.inference.latency import MODES, latency
 from autoconfig.inference.memory import fits, kv_tokens_per_request, memory_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.training.memory import usable_bytes
 
 OBJECTIVES = ("throughput", "latency", "cost")
+STATISTICS = ("mean",) + tuple(f"p{q}" for q in PERCENTILES)
 DEFAULT_MAX_BATCH = 256
 LAYOUT = ["tp", "pp", "ep", "replicas"]
 
@@ -49,6 +51,9 @@ class Limits:
     max_latency_ms: float | None = None
     min_throughput_tokens_per_s: float | None = None
     """Output tokens/s of the whole cluster."""
+    statistic: str = "mean"
+    """What the latency limits bound: the mean over requests, or (a job's) their
+    median or 99th percentile, as MLPerf's Server constraints and serving SLAs do."""
 
     def __post_init__(self) -> None:
         for name in ("max_ttft_ms", "max_tpot_ms", "max_latency_ms",
@@ -57,6 +62,14 @@ class Limits:
             if value is not None and not value > 0:
                 flag = "--" + name.replace("_tokens_per_s", "").replace("_", "-")
                 raise InputError(f"invalid {flag} {value!r}: must be positive")
+        if self.statistic not in STATISTICS:
+            raise InputError(f"invalid --limit-statistic {shown(self.statistic)}: allowed are "
+                             f"{', '.join(STATISTICS)}")
+
+    @property
+    def latency_bound(self) -> bool:
+        return any(v is not None for v in (self.max_ttft_ms, self.max_tpot_ms,
+                                           self.max_latency_ms))
 
 
 @dataclass(frozen=True)
@@ -258,9 +271,11 @@ def _pool_held(engine: Engine, plans, kv_tokens):
 
 def _limit_checks(limits: Limits):
     """(reason, column, bound, is upper bound) of each limit given."""
-    checks = (("TTFT over --max-ttft-ms", "ttft_ms", limits.max_ttft_ms, True),
-              ("TPOT over --max-tpot-ms", "tpot_ms", limits.max_tpot_ms, True),
-              ("latency over --max-latency-ms", "latency_ms", limits.max_latency_ms, True),
+    tail = "" if limits.statistic == "mean" else f"_{limits.statistic}"
+    checks = (("TTFT over --max-ttft-ms", f"ttft{tail}_ms", limits.max_ttft_ms, True),
+              ("TPOT over --max-tpot-ms", f"tpot{tail}_ms", limits.max_tpot_ms, True),
+              ("latency over --max-latency-ms", f"latency{tail}_ms", limits.max_latency_ms,
+               True),
               ("throughput under --min-throughput", "tokens_per_s_total",
                limits.min_throughput_tokens_per_s, False))
     return [c for c in checks if c[2] is not None]
@@ -309,13 +324,20 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                          "continuous batching and no --batch, --request-rate or "
                          "--disaggregated (--concurrency sets its clients)")
     limits = limits or Limits()
+    if limits.statistic != "mean" and job is None:
+        raise InputError(f"--limit-statistic {limits.statistic} bounds a percentile over a "
+                         "job's requests: give --num-requests (steady state has means only)")
+    if job is not None and job.rate_search and not limits.latency_bound:
+        raise InputError("--request-rate max needs a latency limit to search against: "
+                         "--max-ttft-ms, --max-tpot-ms or --max-latency-ms")
     check_precision(cluster.gpu, workload.precision)
     if job is not None:
         pins = Pins(pins.tp, pins.pp, (largest_batch(max_batch, mode, engine),))
     plans = candidate_table(model, cluster, max_batch, engine, mode, pins)
     table = predict(model, workload, plans, cluster, constants, engine, mode)
     if job is not None:
-        table = _with_job(table, model, workload, plans, cluster, constants, engine, job)
+        table = _with_job(table, model, workload, plans, cluster, constants, engine, job,
+                          limits)
     rejected = {}
     keep = table["fits"].to_numpy(dtype=bool, copy=True)
     if not keep.any():
@@ -338,8 +360,9 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
         if not (keep & ok).any():
             best = table[keep].sort_values(column, ascending=upper).iloc[0]
             unit = "ms" if upper else "tokens/s"
-            what = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "latency_ms": "latency",
-                    "tokens_per_s_total": "throughput"}[column]
+            what = {"ttft": "TTFT", "tpot": "TPOT", "latency": "latency",
+                    "tokens": "throughput"}[column.split("_")[0]]
+            what += "" if limits.statistic == "mean" or not upper else f" ({limits.statistic})"
             raise InfeasibleError(
                 f"no layout meets {reason.split()[-1]} {bound:g}: the best {what} achievable is "
                 f"{best[column]:.1f} {unit} (tp{best.tp} pp{best.pp} batch {best.batch})")
@@ -381,13 +404,16 @@ def _preemption_hint(engine: Engine, mode: str, pins: Pins) -> str:
 
 
 def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, engine,
-              job: Job) -> pd.DataFrame:
+              job: Job, limits: Limits) -> pd.DataFrame:
     """The steady-state rows replaced by each layout's run of ``job``: its means,
     its throughput over the whole job, memory at its peak KV reservation."""
     from autoconfig.inference import job as jobs
     from autoconfig.training.step_time import load_constants
 
-    runs = jobs.run(model, workload, plans, cluster, constants or load_constants(), engine, job)
+    constants = constants or load_constants()
+    runs = _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, job,
+                                 limits) if job.rate_search \
+        else jobs.run(model, workload, plans, cluster, constants, engine, job)
     table = table.copy()
     gpus = table["gpus_per_replica"].to_numpy(dtype=float)
     for column in ("ttft_ms", "tpot_ms", "latency_ms", "tokens_per_s_per_replica",
@@ -399,6 +425,8 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
         table[f"{unit}_per_s_per_gpu"] = per_replica / gpus
         table[f"{unit}_per_s_total"] = per_replica * table["replicas"]
     table["job_duration_s"] = runs["duration_s"].to_numpy()
+    if job.rate_search:
+        table["request_rate_per_s"] = runs["request_rate_per_s"].to_numpy()
     held = _pool_held(engine, plans, runs["peak_kv_tokens"].to_numpy() / plans.batch)
     mem = memory_per_gpu(model, workload, plans,
                          jobs.activation_tokens(engine, workload, len(plans)), held,
@@ -406,6 +434,36 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
     table["memory_gib"] = mem.total_bytes / 2**30
     table["kv_cache_gib"] = mem.kv_cache_bytes / 2**30
     return table
+
+
+def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, job: Job,
+                         limits: Limits) -> pd.DataFrame:
+    """Each plan's run of ``job`` at the largest Poisson rate (whole cluster) whose
+    latencies meet ``limits`` (``autoconfig.inference.rate_search``), with that
+    rate in ``request_rate_per_s`` (inf: the job sent at once meets them); a plan
+    that meets them at no rate keeps its run at the lowest rate tried, which the
+    limit checks then prune."""
+    from autoconfig.inference import job as jobs
+    from autoconfig.inference.rate_search import largest_rate
+
+    checks = [(column, bound) for _, column, bound, upper in _limit_checks(limits) if upper]
+    rows = []
+    for i in range(len(plans)):
+        one = plans.take([i])
+        runs: dict[float, pd.Series] = {}
+
+        def at(rate: float) -> pd.Series:
+            if rate not in runs:
+                sent = Job(job.requests, None, None if math.isinf(rate) else rate)
+                runs[rate] = jobs.run(model, workload, one, cluster, constants, engine,
+                                      sent).iloc[0]
+            return runs[rate]
+        offline = at(math.inf)
+        rate = largest_rate(lambda r: all(at(r)[c] <= b for c, b in checks),
+                            float(offline["requests_per_s_per_replica"] * one.replicas[0]))
+        rate = min(runs) if rate is None else rate
+        rows.append({**at(rate).to_dict(), "request_rate_per_s": rate})
+    return pd.DataFrame(rows)
 
 
 def _disaggregated(model, workload, cluster, constants, engine, limits, plans,

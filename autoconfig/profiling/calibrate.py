@@ -27,6 +27,7 @@ import numpy as np
 import yaml
 
 from autoconfig.atomic import write_atomic
+from autoconfig.yamlio import SAFE_LOADER
 from autoconfig.core.catalog import get_gpu
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
@@ -202,7 +203,7 @@ def read_calibration(path: Path) -> Calibration:
     from autoconfig.textfile import read_text
     text = read_text(path, "calibration file")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
         if not isinstance(data, dict) or data.get("kind") != KIND:
             raise ValueError(f"not a {KIND} file")
         values = {tuple(c["key"]): float(c["value"]) for c in data["constants"]}

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from autoconfig.textfile import read_text
+from autoconfig.yamlio import SAFE_LOADER
 
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.errors import InputError
@@ -121,7 +122,7 @@ def load_sweep(path: Path) -> SweepSpec:
         raise InputError(f"sweep file {str(path)!r} not found")
     text = read_text(path, "sweep file")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return parse_sweep(data, where=str(path), default_name=path.stem)
