@@ -90,7 +90,8 @@ def test_steady_state_tpot_counts_the_prompts_forwards_when_they_run_alone():
 
 def test_every_engine_says_whether_it_mixes_and_why():
     expected = {"vllm": True, "tensorrt-llm": True, "megatron-core": True, "lmdeploy": True,
-                "lmdeploy-0.1": False, "sglang": False, "fastertransformer": False}
+                "lmdeploy-0.1": False, "sglang": False, "fastertransformer": False,
+                "megatron-core-static": False}
     for name in engines.names():
         e = engines.get_engine(name)
         assert e.mixed_prefill is expected[name]

@@ -59,7 +59,7 @@ def test_gpu_report_says_what_ran_beside_what_was_predicted() -> None:
     """The worker runs megatron-core's static path whatever --engine says: a GPU
     report names both (on an H100 its eager steps measured 27-38 ms per token
     where the vllm or megatron-core engines predict 3-10: benchmarks/gpu/)."""
-    from autoconfig.profiling.inference_sweep import WORKER_ENGINE, render
+    from autoconfig.profiling.inference_sweep import WORKER_ENGINE, WORKER_ENGINE_NAME, render
     table = pd.DataFrame([{"tp": 1, "pp": 1, "batch": 8, "run_batch": 8, "status": "ok",
                            "measured_ttft_ms": 31.2, "predicted_ttft_ms": 21.4,
                            "measured_tpot_ms": 41.0, "predicted_tpot_ms": 2.6,
@@ -67,5 +67,9 @@ def test_gpu_report_says_what_ran_beside_what_was_predicted() -> None:
                            "predicted_rank": 1, "error": ""}])
     text = render(table, "cuda", "vllm")
     assert WORKER_ENGINE in text and "the vllm engine" in text
+    assert f"--engine {WORKER_ENGINE_NAME} predicts what the worker runs" in text
     assert "CPU proxy" in render(table, "cpu", "vllm")
     assert WORKER_ENGINE not in render(table, "cuda")
+    # predicted for the engine the worker runs: nothing to caution about
+    same = render(table, "cuda", WORKER_ENGINE_NAME)
+    assert "measured and predicted: " + WORKER_ENGINE in same and "order more" not in same

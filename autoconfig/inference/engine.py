@@ -97,6 +97,11 @@ class Engine:
     disaggregated_prefill: bool
     sources: dict
     """field -> its source, for reports."""
+    attention_score_bytes: float = 0.0
+    """HBM bytes moved per attention score where the engine's attention is
+    unfused (scores written by one kernel, masked, softmaxed and read by the next:
+    ``latency.stage_seconds``); 0 for fused kernels (flash attention keeps the
+    scores on chip), which is every engine file that does not set it."""
     kv_cache_tokens: int | None = None
     """The KV pool of one replica in tokens, as its user set it (vLLM
     ``--num-gpu-blocks-override`` x the block size, SGLang ``--max-total-tokens``,
@@ -230,6 +235,9 @@ def _load(path_text: str) -> Engine:
         tensor_parallel_across_nodes=bool(
             _value(data, "tensor_parallel_across_nodes", path, src, (bool,))),
         disaggregated_prefill=bool(_value(data, "disaggregated_prefill", path, src, (bool,))),
+        # Absent: fused attention, scores kept on chip (every engine but the worker's path).
+        attention_score_bytes=float(_value(data, "attention_score_bytes", path, src, num))
+        if "attention_score_bytes" in data else 0.0,
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")

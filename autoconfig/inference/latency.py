@@ -36,6 +36,11 @@ Kernels run one after another, each bound by its own compute or memory traffic
   paged or masked decode kernels stream it well below the copy bandwidth, and
   at large batch and long context this read is a cost beside the compute-bound
   GEMMs, not hidden under them.
+- unfused attention (``Engine.attention_score_bytes`` > 0: megatron-core's local
+  DotProductAttention, no flash kernel) writes every score to HBM and reads it
+  back through mask, softmax and the value product: a prompt scores its whole
+  window (the causal half masked, not skipped), a decode step its context, each
+  score that many bytes at ``hbm_efficiency``. Fused kernels keep them on chip (0).
 - tp_comm: 2 all-reduces per layer of ``tokens * h`` bf16 activations
   (Shoeybi et al. 2019, Sec. 3) by the engine's algorithm for that size
   (``autoconfig.inference.collectives``: one-shot for small decode messages,
@@ -240,7 +245,12 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
     floor = _kernel_floor_excess_s(model, tp, n_d, n_p, timer,
                                    nbytes / (hbm * c.hbm_efficiency), engine.kernels_per_layer)
-    gpu_s = gemms + attention + tp_comm + p2p + ep_comm + layers * floor
+    # Unfused attention materialises every score in HBM: a prompt of the window's
+    # length scores the whole window (masked, not skipped), a decode its context.
+    scores = (n_p * 2.0 * load.prefill_context + n_d * load.decode_context) \
+        * model.num_heads / tp
+    score_traffic = layers * scores * engine.attention_score_bytes / (hbm * c.hbm_efficiency)
+    gpu_s = gemms + attention + score_traffic + tp_comm + p2p + ep_comm + layers * floor
     launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
 

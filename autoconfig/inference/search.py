@@ -15,6 +15,12 @@ Two modes (``autoconfig.inference.latency``):
   of the largest concurrency that fits in memory and meets every limit: the
   layout's throughput at the limit, which is how serving layouts are compared.
 
+A finite job (``autoconfig.inference.job``) replaces the steady state where
+one is given; with ``Job.rate_search`` each layout runs it at the largest
+Poisson rate meeting the latency limits (``autoconfig.inference.rate_search``),
+and the limits may bound the job's p50 or p99 instead of its mean
+(``Limits.statistic``).
+
 Plans that do not fit in memory, or miss a latency or throughput limit, are
 pruned and counted by reason. Pure: no printing, no files.
 """

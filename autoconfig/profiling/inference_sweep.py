@@ -215,6 +215,8 @@ def combine(chosen: pd.DataFrame, specs, records: list[dict]) -> pd.DataFrame:
 
 WORKER_ENGINE = "megatron-core's static inference path, run eagerly by the profiling worker"
 """What the inference worker measures, whatever engine the predictions are for."""
+WORKER_ENGINE_NAME = "megatron-core-static"
+"""The engine file that describes what the worker runs (heuristics/engines/)."""
 
 
 def render(table: pd.DataFrame, device: str, engine: str = "") -> str:
@@ -228,8 +230,10 @@ def render(table: pd.DataFrame, device: str, engine: str = "") -> str:
              r.error[:60]) for i, r in enumerate(table.itertuples(index=False))]
     note = (" (CPU proxy: measured times are the scaled-down model on this CPU, predictions "
             "are for the real model on the GPU)" if device == "cpu" else
+            f" (measured and predicted: {WORKER_ENGINE})" if engine == WORKER_ENGINE_NAME else
             f" (measured: {WORKER_ENGINE}; predicted: the {engine} engine, so compare "
-            "the order more than the times: benchmarks/gpu/README.md)" if engine else "")
+            f"the order more than the times; --engine {WORKER_ENGINE_NAME} predicts what the "
+            "worker runs: benchmarks/gpu/README.md)" if engine else "")
     return "\n".join([f"Profiled layouts ranked by measured latency{note}:", "",
                       tabulate(rows, headers=("#", "TP", "PP", "batch", "run batch", "status",
                                               "TTFT ms", "pred", "TPOT ms", "pred",

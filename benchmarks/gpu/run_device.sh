@@ -28,6 +28,9 @@
 #             megatron-core MoE steps (SequentialMLP, no Transformer Engine) beside
 #             the predictions (2026-11-27, H200)
 #   t5_train  the same on t5 3b (encoder-decoder), 512/128 tokens (2026-11-27, H200)
+#   infer_static  the infer stages on gpt3 350m, 1.3b and 6.7b at batch 1, 8, 32 and 128,
+#             predicted for the engine the worker runs (--engine megatron-core-static,
+#             whose host cost per kernel was fitted on the H100 infer stages)
 #   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
 gpu=${AC_GPU:-h100}
@@ -44,10 +47,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
-infer_profile() {  # size, folder
-    (cd "$work" && timeout 120 python3 -m autoconfig infer --model gpt3 --size "$1" --gpu "$gpu" \
-        --gpus 1 --gpus-per-node 1 --engine megatron-core --input-len 512 --output-len 64 \
-        --batch 1,8,32 --profile --device cuda --top-k 3 --max-minutes 2 --no-plots -o "$2")
+infer_profile() {  # size, folder[, engine, batches]
+    (cd "$work" && timeout 150 python3 -m autoconfig infer --model gpt3 --size "$1" --gpu "$gpu" \
+        --gpus 1 --gpus-per-node 1 --engine "${3:-megatron-core}" --input-len 512 \
+        --output-len 64 --batch "${4:-1,8,32}" --profile --device cuda --top-k 4 \
+        --max-minutes 2 --no-plots -o "$2")
     echo "inference $1 rc $?"
 }
 
@@ -90,6 +94,10 @@ for stage in "$@"; do
     infer2)
         infer_profile 350m infer-350m
         infer_profile 6.7b infer-6.7b ;;
+    infer_static)
+        for size in 350m 1.3b 6.7b; do
+            infer_profile "$size" "infer-static-$size" megatron-core-static 1,8,32,128
+        done ;;
     *)
         echo "unknown stage $stage" ;;
     esac

@@ -1,0 +1,142 @@
+"""How many PyTorch operators one decode step of the inference worker dispatches, counted.
+
+The inference worker (``autoconfig.profiling.inference_worker``: megatron-core
+0.16.1's static path, local layers, eager, no CUDA graphs) is host-bound: each
+operator costs its Python and dispatch time on the host, and the local
+attention reads a mask value back (``aten._local_scalar_dense``) once per layer,
+so the host waits for the GPU there and cannot run ahead. A decode step's time
+is then about (operators x host time per operator) plus the GPU's own time.
+
+This builds the worker's model on CPU with one and with two layers, runs the
+worker's prefill and one decode step through the same megatron-core calls, and
+counts the ATen operators the decode step dispatches (``TorchDispatchMode``);
+the two-layer count less the one-layer count is one layer's, the rest the
+step's own (embedding, output layer, the wrapper's input preparation). View and
+metadata operators are counted apart: they launch no kernel but still cost host
+time.
+
+    python -m autoconfig.profiling.host_ops --model gpt3 --size 1.3b
+
+prints one JSON line: {"per_layer": .., "per_step": .., "per_layer_views": ..,
+"per_step_views": .., "syncs_per_layer": ..}. The counts do not depend on the
+width, so the model is built narrow (fast on any CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import sys
+
+VIEW_OPS = frozenset({"view", "_unsafe_view", "t", "transpose", "permute", "expand",
+                      "unsqueeze", "squeeze", "slice", "select", "split", "split_with_sizes",
+                      "detach", "alias", "_reshape_alias", "as_strided", "unbind", "reshape",
+                      "chunk", "narrow", "lift_fresh"})
+"""ATen operators that only make a new view of a tensor: no kernel."""
+SYNC_OPS = frozenset({"_local_scalar_dense", "item"})
+"""Operators that copy a value to the host: the host waits for the GPU."""
+NARROW = {"hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256, "vocab_size": 512}
+"""The width the counting model is built with (operator counts do not depend on it)."""
+
+
+def _narrow(model):
+    kv = model.num_kv_heads if model.num_kv_heads == model.num_heads else 2
+    ffn = NARROW["ffn_hidden_size"] if model.ffn_hidden_size % 64 == 0 else model.ffn_hidden_size
+    return dataclasses.replace(model, hidden_size=NARROW["hidden_size"],
+                               num_heads=NARROW["num_heads"], num_kv_heads=min(kv, 4),
+                               ffn_hidden_size=ffn if ffn <= 1024 else NARROW["ffn_hidden_size"],
+                               vocab_size=NARROW["vocab_size"], hidden_dropout=0.0,
+                               attention_dropout=0.0)
+
+
+def _decode_step_ops(model, layers: int, input_len: int, batch: int) -> collections.Counter:
+    """ATen operators of the worker's first decode step on a ``layers``-layer model."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from megatron.core import parallel_state
+    from megatron.core.inference.contexts import StaticInferenceContext
+    from megatron.core.inference.model_inference_wrappers.gpt.gpt_inference_wrapper import (
+        GPTInferenceWrapper)
+    from megatron.core.inference.model_inference_wrappers.inference_wrapper_config import (
+        InferenceWrapperConfig)
+
+    from autoconfig.inference.plan import InferencePlan, InferenceWorkload
+    from autoconfig.profiling.inference_worker import InferenceProfileSpec, _build_model
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: collections.Counter = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    spec = InferenceProfileSpec(model=dataclasses.replace(model, num_layers=layers),
+                                workload=InferenceWorkload(input_len, 2),
+                                plan=InferencePlan(1, 1, batch, 1), device="cpu")
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    net, config, vocab = _build_model(spec)
+    total = input_len + 2
+    wrapper = GPTInferenceWrapper(net, InferenceWrapperConfig(
+        hidden_size=model.hidden_size, params_dtype=config.params_dtype,
+        inference_batch_times_seqlen_threshold=-1, padded_vocab_size=vocab,
+        inference_max_requests=batch, inference_max_seq_length=total),
+        StaticInferenceContext(batch, total))
+    context = wrapper.inference_context
+    tokens = torch.randint(0, model.vocab_size, (batch, total),
+                           generator=torch.Generator().manual_seed(1))
+    wrapper.prep_model_for_inference()
+    inputs = wrapper.prep_inference_input(tokens)
+    with torch.inference_mode():
+        wrapper.run_one_forward_step(wrapper.get_batch_for_context_window(inputs, 0, input_len))
+    context.enable_decode_mode()
+    window = wrapper.get_batch_for_context_window(inputs, input_len, input_len + 1)
+    with torch.inference_mode(), Count() as count:
+        wrapper.run_one_forward_step(window)
+    return count.ops
+
+
+def step_ops(model, input_len: int = 8, batch: int = 2) -> dict[str, float]:
+    """Operators of one decode step of the worker: per layer and the step's own,
+    kernels and views apart, and host syncs per layer."""
+    import torch
+
+    from autoconfig.profiling.cpu_bridge import cpu_bridge
+    from autoconfig.profiling.saved_activations import _free_port
+
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1,
+                                             init_method=f"tcp://127.0.0.1:{_free_port()}")
+    narrow = _narrow(model)
+    with cpu_bridge():
+        one, two = (_decode_step_ops(narrow, n, input_len, batch) for n in (1, 2))
+
+    def split(ops: collections.Counter) -> tuple[int, int]:
+        views = sum(v for k, v in ops.items() if k in VIEW_OPS)
+        return sum(ops.values()) - views, views
+    (k1, v1), (k2, v2) = split(one), split(two)
+    layer = two - one
+    return {"per_layer": k2 - k1, "per_step": k1 - (k2 - k1),
+            "per_layer_views": v2 - v1, "per_step_views": v1 - (v2 - v1),
+            "syncs_per_layer": sum(v for k, v in layer.items() if k in SYNC_OPS)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autoconfig.core.catalog import get_model
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--size")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(json.dumps(step_ops(get_model(args.model, args.size))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Fit the host cost per kernel of the profiling worker's inference path and check it
+on measurements it was not fitted to.
+
+``heuristics/engines/megatron-core-static.yaml`` describes what the inference
+profiling worker runs (megatron-core 0.16.1's static path, local layers, eager).
+Its one fitted number, ``kernel_launch_s`` (host time per kernel-launching
+operator), is the value of least TPOT MAPE on the H100 runs
+(``benchmarks/gpu/infer_gpt3-*_profile.csv``); the H200 runs of the
+``infer_static`` stage (``benchmarks/gpu/h200/infer_static_gpt3-*_profile.csv``,
+batch 1 to 128) are the check. Every other number of the engine is counted or
+derived (its file says how). Prints the fitted value beside the file's, and the
+TTFT and TPOT errors of both sets with the file's value; nothing is written.
+
+    python benchmarks/fit_worker_engine.py
+"""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.inference import engine as engines
+from autoconfig.inference.plan import InferenceWorkload
+from autoconfig.inference.search import Pins, search
+
+ENGINE = "megatron-core-static"
+GPU_DIR = Path(__file__).resolve().parent / "gpu"
+FIT = ("h100-80gb", sorted(GPU_DIR.glob("infer_gpt3-*_profile.csv")))
+CHECK = ("h200", sorted((GPU_DIR / "h200").glob("infer_static_gpt3-*_profile.csv")))
+WORKLOAD = InferenceWorkload(512, 64, "bf16")
+"""The infer stages' request shape (benchmarks/gpu/run_device.sh)."""
+SCAN_S = np.arange(20e-6, 80e-6, 0.5e-6)
+
+
+def measured(files) -> pd.DataFrame:
+    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+
+
+def predicted(gpu: str, points: pd.DataFrame, launch_s: float) -> pd.DataFrame:
+    engine = dataclasses.replace(engines.get_engine(ENGINE), kernel_launch_s=launch_s)
+    rows = []
+    for p in points.itertuples(index=False):
+        model = get_model("gpt3", p.run_model.split("-", 1)[1])
+        table = search(model, WORKLOAD, Cluster(get_gpu(gpu), 1, 1), engine=engine,
+                       mode="static", pins=Pins((int(p.tp),), (int(p.pp),),
+                                                (int(p.run_batch),))).table
+        rows.append({"model": p.run_model, "batch": int(p.run_batch),
+                     "ttft_ms": p.measured_ttft_ms, "pred_ttft_ms": table.ttft_ms.iloc[0],
+                     "tpot_ms": p.measured_tpot_ms, "pred_tpot_ms": table.tpot_ms.iloc[0]})
+    out = pd.DataFrame(rows)
+    out["ttft_err_pct"] = 100 * (out.pred_ttft_ms / out.ttft_ms - 1)
+    out["tpot_err_pct"] = 100 * (out.pred_tpot_ms / out.tpot_ms - 1)
+    return out
+
+
+def mape(table: pd.DataFrame, metric: str) -> float:
+    return float(table[f"{metric}_err_pct"].abs().mean())
+
+
+def main() -> None:
+    fit_gpu, fit_files = FIT
+    check_gpu, check_files = CHECK
+    fit_points, check_points = measured(fit_files), measured(check_files)
+    best = min(SCAN_S, key=lambda s: mape(predicted(fit_gpu, fit_points, s), "tpot"))
+    current = engines.get_engine(ENGINE).kernel_launch_s
+    print(f"kernel_launch_s of least TPOT MAPE on {len(fit_points)} {fit_gpu} points: "
+          f"{best * 1e6:.1f} us (engine file: {current * 1e6:.1f} us)")
+    for name, gpu, points in (("fitted on", fit_gpu, fit_points),
+                              ("checked on (not fitted)", check_gpu, check_points)):
+        table = predicted(gpu, points, current)
+        print(f"\n{name} {gpu}, {len(table)} points: TPOT MAPE {mape(table, 'tpot'):.1f}%, "
+              f"TTFT MAPE {mape(table, 'ttft'):.1f}%")
+        print(table.round(1).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The engine file of what the inference profiling worker runs
+(``heuristics/engines/megatron-core-static.yaml``): its operator count is the one
+``autoconfig.profiling.host_ops`` counts on the worker's own decode step, and
+unfused attention's score traffic is priced as its docstring derives it."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.inference import engine as engines
+from autoconfig.inference.latency import StepLoad, stage_seconds
+from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
+from autoconfig.profiling.inference_sweep import WORKER_ENGINE_NAME
+from autoconfig.training.step_time import load_constants
+
+WORKER = engines.get_engine(WORKER_ENGINE_NAME)
+
+
+def test_the_worker_engine_describes_a_static_eager_unfused_path() -> None:
+    assert WORKER.batching == "static" and not WORKER.cuda_graphs
+    assert WORKER.kv_cache == "contiguous" and WORKER.attention_score_bytes > 0
+    # every other engine runs fused attention: no score traffic
+    others = [engines.get_engine(n) for n in engines.names() if n != WORKER_ENGINE_NAME]
+    assert others and all(e.attention_score_bytes == 0 for e in others)
+
+
+def test_unfused_scores_cost_their_bytes_at_hbm_speed() -> None:
+    model, gpu = get_model("gpt3", "1.3b"), get_gpu("h200")
+    cluster, c = Cluster(gpu, 1, 1), load_constants()
+    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 32, 1)])
+    workload = InferenceWorkload(512, 64, "bf16")
+    load = StepLoad(decode_seqs=np.array([[0.0]]), decode_context=0.0,
+                    prefill_tokens=np.array([[32 * 512.0]]), prefill_context=256.0,
+                    logits_rows=np.array([[32.0]]))
+    fused = dataclasses.replace(WORKER, attention_score_bytes=0.0)
+    with_scores = stage_seconds(model, workload, plans, cluster, c, WORKER, load)[0][0, 0]
+    without = stage_seconds(model, workload, plans, cluster, c, fused, load)[0][0, 0]
+    # 32 prompts x 512 x 512 scores a head, 16 heads, 24 layers
+    scores = 32 * 512 * 512 * model.num_heads * model.num_layers
+    expected = scores * WORKER.attention_score_bytes / (
+        gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency)
+    assert with_scores - without == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_operator_count_is_the_worker_decode_steps() -> None:
+    pytest.importorskip("megatron.core")
+    out = subprocess.run([sys.executable, "-m", "autoconfig.profiling.host_ops", "--model",
+                          "gpt3", "--size", "1.3b"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counts["per_layer"] == WORKER.kernels_per_layer
+    assert counts["syncs_per_layer"] == 1 and counts["per_layer_views"] > 0
