@@ -7,7 +7,9 @@ Its one fitted number, ``kernel_launch_s`` (host time per kernel-launching
 operator), is the value of least TPOT MAPE on the H100 runs
 (``benchmarks/gpu/infer_gpt3-*_profile.csv``); the H200 runs of the
 ``infer_static`` stage (``benchmarks/gpu/h200/infer_static_gpt3-*_profile.csv``,
-batch 1 to 128) are the check. Every other number of the engine is counted or
+batch 1 to 128) are the check, and the ``infer_llama`` stage's Llama 3 8B runs
+(``h200/infer_static_llama3-8b_profile.csv``) check the per-feature operator
+counts. Every other number of the engine is counted or
 derived (its file says how). Prints the fitted value beside the file's, and the
 TTFT and TPOT errors of both sets with the file's value; nothing is written.
 
@@ -30,6 +32,9 @@ ENGINE = "megatron-core-static"
 GPU_DIR = Path(__file__).resolve().parent / "gpu"
 FIT = ("h100-80gb", sorted(GPU_DIR.glob("infer_gpt3-*_profile.csv")))
 CHECK = ("h200", sorted((GPU_DIR / "h200").glob("infer_static_gpt3-*_profile.csv")))
+LLAMA = ("h200", sorted((GPU_DIR / "h200").glob("infer_static_llama3-*_profile.csv")))
+"""Llama 3 8B (rotary, SwiGLU, GQA, no biases): predicted from the per-feature
+operator counts before it was measured."""
 WORKLOAD = InferenceWorkload(512, 64, "bf16")
 """The infer stages' request shape (benchmarks/gpu/run_device.sh)."""
 SCAN_S = np.arange(20e-6, 80e-6, 0.5e-6)
@@ -43,7 +48,7 @@ def predicted(gpu: str, points: pd.DataFrame, launch_s: float) -> pd.DataFrame:
     engine = dataclasses.replace(engines.get_engine(ENGINE), kernel_launch_s=launch_s)
     rows = []
     for p in points.itertuples(index=False):
-        model = get_model("gpt3", p.run_model.split("-", 1)[1])
+        model = get_model(p.run_model)
         table = search(model, WORKLOAD, Cluster(get_gpu(gpu), 1, 1), engine=engine,
                        mode="static", pins=Pins((int(p.tp),), (int(p.pp),),
                                                 (int(p.run_batch),))).table
@@ -64,12 +69,15 @@ def main() -> None:
     fit_gpu, fit_files = FIT
     check_gpu, check_files = CHECK
     fit_points, check_points = measured(fit_files), measured(check_files)
+    llama_gpu, llama_files = LLAMA
     best = min(SCAN_S, key=lambda s: mape(predicted(fit_gpu, fit_points, s), "tpot"))
     current = engines.get_engine(ENGINE).kernel_launch_s
     print(f"kernel_launch_s of least TPOT MAPE on {len(fit_points)} {fit_gpu} points: "
           f"{best * 1e6:.1f} us (engine file: {current * 1e6:.1f} us)")
     for name, gpu, points in (("fitted on", fit_gpu, fit_points),
-                              ("checked on (not fitted)", check_gpu, check_points)):
+                              ("checked on (not fitted)", check_gpu, check_points),
+                              ("Llama layers, predicted before measured, on", llama_gpu,
+                               measured(llama_files))):
         table = predicted(gpu, points, current)
         print(f"\n{name} {gpu}, {len(table)} points: TPOT MAPE {mape(table, 'tpot'):.1f}%, "
               f"TTFT MAPE {mape(table, 'ttft'):.1f}%")

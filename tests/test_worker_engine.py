@@ -48,11 +48,24 @@ def test_unfused_scores_cost_their_bytes_at_hbm_speed() -> None:
     assert with_scores - without == pytest.approx(expected, rel=1e-9)
 
 
-def test_the_operator_count_is_the_worker_decode_steps() -> None:
+@pytest.mark.parametrize("model, size", [("gpt3", "1.3b"), ("llama3", "8b")])
+def test_the_operator_count_is_the_worker_decode_steps(model, size) -> None:
+    """A GPT-3 layer is the file's base count; a Llama layer (rotary, SwiGLU,
+    GQA, no biases) the base plus each of its features' counts."""
     pytest.importorskip("megatron.core")
     out = subprocess.run([sys.executable, "-m", "autoconfig.profiling.host_ops", "--model",
-                          "gpt3", "--size", "1.3b"],
+                          model, "--size", size],
                          capture_output=True, text=True, timeout=300, check=True)
     counts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert counts["per_layer"] == WORKER.kernels_per_layer
+    assert counts["per_layer"] == WORKER.kernels_for(get_model(model, size))
     assert counts["syncs_per_layer"] == 1 and counts["per_layer_views"] > 0
+
+
+def test_feature_counts_need_known_features(tmp_path) -> None:
+    from autoconfig.errors import CatalogError
+    from autoconfig.inference.engine import _feature_kernels
+    assert _feature_kernels({"rope": 3}, tmp_path) == (("rope", 3),)
+    for bad in ({"alibi": 3}, {"rope": 2.5}, {"rope": True}, [1]):
+        with pytest.raises(CatalogError, match="feature_kernels_per_layer"):
+            _feature_kernels(bad, tmp_path)
+    assert engines.get_engine("vllm").feature_kernels == ()

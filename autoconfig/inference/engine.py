@@ -97,6 +97,10 @@ class Engine:
     disaggregated_prefill: bool
     sources: dict
     """field -> its source, for reports."""
+    feature_kernels: tuple[tuple[str, int], ...] = ()
+    """Kernels a layer launches beyond ``kernels_per_layer`` for each feature of the
+    model's layer that it has (``LAYER_FEATURES``), where the engine runs them as
+    separate operators (eager, unfused); empty where its count covers them."""
     attention_score_bytes: float = 0.0
     """HBM bytes moved per attention score where the engine's attention is
     unfused (scores written by one kernel, masked, softmaxed and read by the next:
@@ -117,11 +121,36 @@ class Engine:
     def paged(self) -> bool:
         return self.kv_cache == "paged"
 
+    def kernels_for(self, model) -> int:
+        """Kernels one decode step launches per layer of ``model``."""
+        features = layer_features(model)
+        return self.kernels_per_layer + sum(n for f, n in self.feature_kernels if f in features)
+
     @property
     def decode_step_overhead_s(self) -> float:
         """Host time per decode-only step: a run of ``decode_steps`` shares one
         scheduler call (vLLM RFC #6854: the ~4 ms host bubble paid once per run)."""
         return self.step_overhead_s / self.decode_steps
+
+
+LAYER_FEATURES = ("rope", "swiglu", "no_bias", "gqa")
+"""Ways a layer differs from the GPT-3 layer that an engine's kernel count may
+depend on: rotary embeddings, a gated MLP, no biases, fewer KV heads than heads."""
+
+
+def layer_features(model) -> set[str]:
+    return {name for name, has in (("rope", model.position_embedding == "rope"),
+                                   ("swiglu", model.mlp_kind == "swiglu"),
+                                   ("no_bias", not model.has_bias),
+                                   ("gqa", model.num_kv_heads < model.num_heads)) if has}
+
+
+def _feature_kernels(raw, path: Path) -> tuple[tuple[str, int], ...]:
+    if not isinstance(raw, dict) or any(k not in LAYER_FEATURES or isinstance(v, bool)
+                                        or not isinstance(v, int) for k, v in raw.items()):
+        raise CatalogError(f"{path}: field 'feature_kernels_per_layer' needs integer counts "
+                           f"keyed by {', '.join(LAYER_FEATURES)}")
+    return tuple(sorted(raw.items()))
 
 
 def engines_dir() -> Path:
@@ -235,6 +264,9 @@ def _load(path_text: str) -> Engine:
         tensor_parallel_across_nodes=bool(
             _value(data, "tensor_parallel_across_nodes", path, src, (bool,))),
         disaggregated_prefill=bool(_value(data, "disaggregated_prefill", path, src, (bool,))),
+        feature_kernels=_feature_kernels(
+            _value(data, "feature_kernels_per_layer", path, src, (dict,)), path)
+        if "feature_kernels_per_layer" in data else (),
         # Absent: fused attention, scores kept on chip (every engine but the worker's path).
         attention_score_bytes=float(_value(data, "attention_score_bytes", path, src, num))
         if "attention_score_bytes" in data else 0.0,

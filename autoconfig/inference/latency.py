@@ -244,14 +244,14 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
     floor = _kernel_floor_excess_s(model, tp, n_d, n_p, timer,
-                                   nbytes / (hbm * c.hbm_efficiency), engine.kernels_per_layer)
+                                   nbytes / (hbm * c.hbm_efficiency), engine.kernels_for(model))
     # Unfused attention materialises every score in HBM: a prompt of the window's
     # length scores the whole window (masked, not skipped), a decode its context.
     scores = (n_p * 2.0 * load.prefill_context + n_d * load.decode_context) \
         * model.num_heads / tp
     score_traffic = layers * scores * engine.attention_score_bytes / (hbm * c.hbm_efficiency)
     gpu_s = gemms + attention + score_traffic + tp_comm + p2p + ep_comm + layers * floor
-    launches = (layers * engine.kernels_per_layer + 1.0) * engine.kernel_launch_s
+    launches = (layers * engine.kernels_for(model) + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
 
 

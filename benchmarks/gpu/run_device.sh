@@ -31,6 +31,8 @@
 #   infer_static  the infer stages on gpt3 350m, 1.3b and 6.7b at batch 1, 8, 32 and 128,
 #             predicted for the engine the worker runs (--engine megatron-core-static,
 #             whose host cost per kernel was fitted on the H100 infer stages)
+#   infer_llama   the same on llama3 8b (rotary, SwiGLU, GQA, no biases: the engine's
+#             per-feature operator counts, predicted before this ran)
 #   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
 gpu=${AC_GPU:-h100}
@@ -47,8 +49,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
-infer_profile() {  # size, folder[, engine, batches]
-    (cd "$work" && timeout 150 python3 -m autoconfig infer --model gpt3 --size "$1" --gpu "$gpu" \
+infer_profile() {  # size, folder[, engine, batches, model]
+    (cd "$work" && timeout 150 python3 -m autoconfig infer --model "${5:-gpt3}" --size "$1" \
+        --gpu "$gpu" \
         --gpus 1 --gpus-per-node 1 --engine "${3:-megatron-core}" --input-len 512 \
         --output-len 64 --batch "${4:-1,8,32}" --profile --device cuda --top-k 4 \
         --max-minutes 2 --no-plots -o "$2")
@@ -98,6 +101,8 @@ for stage in "$@"; do
         for size in 350m 1.3b 6.7b; do
             infer_profile "$size" "infer-static-$size" megatron-core-static 1,8,32,128
         done ;;
+    infer_llama)
+        infer_profile 8b infer-static-llama3-8b megatron-core-static 1,8,32,128 llama3 ;;
     *)
         echo "unknown stage $stage" ;;
     esac
