@@ -69,3 +69,12 @@ def test_feature_counts_need_known_features(tmp_path) -> None:
         with pytest.raises(CatalogError, match="feature_kernels_per_layer"):
             _feature_kernels(bad, tmp_path)
     assert engines.get_engine("vllm").feature_kernels == ()
+
+
+@pytest.mark.parametrize("tool", ["host_ops", "saved_activations"])
+def test_the_measuring_tools_refuse_a_bad_model_in_one_line(tool) -> None:
+    out = subprocess.run([sys.executable, "-m", f"autoconfig.profiling.{tool}", "--model",
+                          "no-such-model"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert "no-such-model" in out.stderr

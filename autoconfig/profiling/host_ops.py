@@ -128,13 +128,19 @@ def step_ops(model, input_len: int = 8, batch: int = 2) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     from autoconfig.core.catalog import get_model
+    from autoconfig.errors import AutoconfigError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--size")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    print(json.dumps(step_ops(get_model(args.model, args.size))))
+    try:
+        model = get_model(args.model, args.size)
+    except AutoconfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(step_ops(model)))
     return 0
 
 

@@ -97,15 +97,20 @@ def layer_saved_bytes(model, seq_len: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     from autoconfig.core.catalog import get_model
+    from autoconfig.errors import AutoconfigError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--size")
     parser.add_argument("--seq-len", type=int, default=512)
     args = parser.parse_args(argv)
+    try:
+        model = get_model(args.model, args.size)
+    except AutoconfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     # The worker trains without dropout (its losses must agree across layouts).
-    model = dataclasses.replace(get_model(args.model, args.size), hidden_dropout=0.0,
-                                attention_dropout=0.0)
+    model = dataclasses.replace(model, hidden_dropout=0.0, attention_dropout=0.0)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     print(json.dumps(layer_saved_bytes(model, args.seq_len)))
     return 0
