@@ -129,3 +129,22 @@ def test_no_valid_plan_names_the_batch() -> None:
     with pytest.raises(InfeasibleError, match="gbs not divisible"):
         search(get_model("gpt3", "13b"), Workload(7, 2048), Cluster(A100, nodes=2, gpus_per_node=8),
                AxisChoices(tp=(1,), pp=(1,)))
+
+
+@pytest.mark.parametrize("name, nodes", [("mixtral-8x7b", 8), ("gpt3-175b", 16)])
+def test_states_bound_per_run_of_layouts_equals_the_bound_per_plan(name, nodes) -> None:
+    """The search computes the model-states bound once per run of plans with the same
+    layout (``search._states_lower_bound``): it must be the bound of every plan."""
+    from autoconfig.training.search import _states_lower_bound
+    from autoconfig.training.space import enumerate_plans
+    from autoconfig.training.stack import load_stack
+
+    model, cluster = get_model(name), Cluster(get_gpu("h100-80gb"), nodes, 8)
+    workload = Workload(global_batch_size=1024, seq_len=4096)
+    software = load_stack(None).features
+    plans = enumerate_plans(model, workload, cluster).plans
+    assert len(plans) > 1000
+    per_plan = memory.states_lower_bound(model, workload, plans, software=software)
+    assert np.array_equal(_states_lower_bound(model, workload, plans, software), per_plan)
+    assert len(_states_lower_bound(model, workload, plans.take(np.zeros(0, dtype=int)),
+                                   software)) == 0
