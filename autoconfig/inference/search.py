@@ -448,7 +448,9 @@ def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, jo
     latencies meet ``limits`` (``autoconfig.inference.rate_search``), with that
     rate in ``request_rate_per_s`` (inf: the job sent at once meets them); a plan
     that meets them at no rate keeps its run at the lowest rate tried, which the
-    limit checks then prune."""
+    limit checks then prune. A plan whose KV cache cannot hold the job's largest
+    request (its run's ``fits``) is pruned anyway: it keeps its offline run,
+    unsearched (rate NaN)."""
     from autoconfig.inference import job as jobs
     from autoconfig.inference.rate_search import largest_rate
 
@@ -465,6 +467,9 @@ def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, jo
                                       sent).iloc[0]
             return runs[rate]
         offline = at(math.inf)
+        if not offline["fits"]:
+            rows.append({**offline.to_dict(), "request_rate_per_s": math.nan})
+            continue
         rate = largest_rate(lambda r: all(at(r)[c] <= b for c, b in checks),
                             float(offline["requests_per_s_per_replica"] * one.replicas[0]))
         rate = min(runs) if rate is None else rate
