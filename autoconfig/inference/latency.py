@@ -243,15 +243,16 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
+    kernels = engine.kernels_for(model)
     floor = _kernel_floor_excess_s(model, tp, n_d, n_p, timer,
-                                   nbytes / (hbm * c.hbm_efficiency), engine.kernels_for(model))
+                                   nbytes / (hbm * c.hbm_efficiency), kernels)
     # Unfused attention materialises every score in HBM: a prompt of the window's
     # length scores the whole window (masked, not skipped), a decode its context.
     scores = (n_p * 2.0 * load.prefill_context + n_d * load.decode_context) \
         * model.num_heads / tp
     score_traffic = layers * scores * engine.attention_score_bytes / (hbm * c.hbm_efficiency)
     gpu_s = gemms + attention + score_traffic + tp_comm + p2p + ep_comm + layers * floor
-    launches = (layers * engine.kernels_for(model) + 1.0) * engine.kernel_launch_s
+    launches = (layers * kernels + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
 
 

@@ -1,11 +1,13 @@
 """How many PyTorch operators one decode step of the inference worker dispatches, counted.
 
 The inference worker (``autoconfig.profiling.inference_worker``: megatron-core
-0.16.1's static path, local layers, eager, no CUDA graphs) is host-bound: each
-operator costs its Python and dispatch time on the host, and the local
-attention reads a mask value back (``aten._local_scalar_dense``) once per layer,
-so the host waits for the GPU there and cannot run ahead. A decode step's time
-is then about (operators x host time per operator) plus the GPU's own time.
+0.16.1's static path, local layers, eager, no CUDA graphs) is host-bound at the
+batches it runs: each operator costs its Python and dispatch time on the host,
+so a decode step takes about (operators x host time per operator), or the GPU's
+own time where that is longer (``heuristics/engines/megatron-core-static.yaml``).
+The local attention also reads one value back per layer
+(``aten._local_scalar_dense``); measured, the step is still the larger of host
+and GPU time, not their sum (``benchmarks/gpu/README.md``).
 
 This builds the worker's model on CPU with one and with two layers, runs the
 worker's prefill and one decode step through the same megatron-core calls, and
@@ -43,13 +45,13 @@ NARROW = {"hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256, "vocab_size
 
 
 def _narrow(model):
-    kv = model.num_kv_heads if model.num_kv_heads == model.num_heads else 2
-    ffn = NARROW["ffn_hidden_size"] if model.ffn_hidden_size % 64 == 0 else model.ffn_hidden_size
-    return dataclasses.replace(model, hidden_size=NARROW["hidden_size"],
-                               num_heads=NARROW["num_heads"], num_kv_heads=min(kv, 4),
-                               ffn_hidden_size=ffn if ffn <= 1024 else NARROW["ffn_hidden_size"],
-                               vocab_size=NARROW["vocab_size"], hidden_dropout=0.0,
-                               attention_dropout=0.0)
+    """``model`` at the NARROW width, grouped-query attention kept where it has it."""
+    heads = NARROW["num_heads"]
+    return dataclasses.replace(
+        model, hidden_size=NARROW["hidden_size"], num_heads=heads,
+        num_kv_heads=heads if model.num_kv_heads == model.num_heads else heads // 2,
+        ffn_hidden_size=NARROW["ffn_hidden_size"], vocab_size=NARROW["vocab_size"],
+        hidden_dropout=0.0, attention_dropout=0.0)
 
 
 def _decode_step_ops(model, layers: int, input_len: int, batch: int) -> collections.Counter:
@@ -57,14 +59,10 @@ def _decode_step_ops(model, layers: int, input_len: int, batch: int) -> collecti
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from megatron.core import parallel_state
-    from megatron.core.inference.contexts import StaticInferenceContext
-    from megatron.core.inference.model_inference_wrappers.gpt.gpt_inference_wrapper import (
-        GPTInferenceWrapper)
-    from megatron.core.inference.model_inference_wrappers.inference_wrapper_config import (
-        InferenceWrapperConfig)
 
     from autoconfig.inference.plan import InferencePlan, InferenceWorkload
-    from autoconfig.profiling.inference_worker import InferenceProfileSpec, _build_model
+    from autoconfig.profiling.inference_worker import (InferenceProfileSpec, _build_model,
+                                                       static_wrapper)
 
     class Count(TorchDispatchMode):
         def __init__(self) -> None:
@@ -81,14 +79,8 @@ def _decode_step_ops(model, layers: int, input_len: int, batch: int) -> collecti
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     net, config, vocab = _build_model(spec)
-    total = input_len + 2
-    wrapper = GPTInferenceWrapper(net, InferenceWrapperConfig(
-        hidden_size=model.hidden_size, params_dtype=config.params_dtype,
-        inference_batch_times_seqlen_threshold=-1, padded_vocab_size=vocab,
-        inference_max_requests=batch, inference_max_seq_length=total),
-        StaticInferenceContext(batch, total))
-    context = wrapper.inference_context
-    tokens = torch.randint(0, model.vocab_size, (batch, total),
+    wrapper, context = static_wrapper(spec, net, config, vocab)
+    tokens = torch.randint(0, model.vocab_size, (batch, spec.workload.total_len_tokens),
                            generator=torch.Generator().manual_seed(1))
     wrapper.prep_model_for_inference()
     inputs = wrapper.prep_inference_input(tokens)

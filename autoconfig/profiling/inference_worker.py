@@ -160,13 +160,27 @@ def _build_model(spec: InferenceProfileSpec):
     return model, config, train_worker._padded_vocab(tspec)
 
 
-def _generate_and_measure(spec: InferenceProfileSpec, world_size: int) -> dict:
-    import torch
+def static_wrapper(spec: InferenceProfileSpec, model, config, vocab: int, threshold: int = -1):
+    """(GPTInferenceWrapper, StaticInferenceContext) of megatron-core's static path for
+    ``spec``'s batch and total length; ``threshold``: batch x tokens past which a
+    prefill is split into request micro-batches (-1: never)."""
     from megatron.core.inference.contexts import StaticInferenceContext
     from megatron.core.inference.model_inference_wrappers.gpt.gpt_inference_wrapper import (
         GPTInferenceWrapper)
     from megatron.core.inference.model_inference_wrappers.inference_wrapper_config import (
         InferenceWrapperConfig)
+
+    batch, total = spec.plan.batch, spec.workload.total_len_tokens
+    context = StaticInferenceContext(batch, total)
+    wrapper = GPTInferenceWrapper(model, InferenceWrapperConfig(
+        hidden_size=spec.model.hidden_size, params_dtype=config.params_dtype,
+        inference_batch_times_seqlen_threshold=threshold, padded_vocab_size=vocab,
+        inference_max_requests=batch, inference_max_seq_length=total), context)
+    return wrapper, context
+
+
+def _generate_and_measure(spec: InferenceProfileSpec, world_size: int) -> dict:
+    import torch
 
     from autoconfig.profiling.worker import peak_memory_bytes
 
@@ -177,12 +191,7 @@ def _generate_and_measure(spec: InferenceProfileSpec, world_size: int) -> dict:
     # threshold // s_in requests: ask for the predicted number of micro-batches.
     per_microbatch = max(1, batch // max(1, spec.prefill_microbatches))
     threshold = per_microbatch * s_in if spec.prefill_microbatches > 1 else -1
-    wrapper_config = InferenceWrapperConfig(
-        hidden_size=spec.model.hidden_size, params_dtype=config.params_dtype,
-        inference_batch_times_seqlen_threshold=threshold, padded_vocab_size=vocab,
-        inference_max_requests=batch, inference_max_seq_length=total)
-    context = StaticInferenceContext(batch, total)
-    wrapper = GPTInferenceWrapper(model, wrapper_config, context)
+    wrapper, context = static_wrapper(spec, model, config, vocab, threshold)
     device = torch.device("cuda", torch.cuda.current_device()) if spec.device == "cuda" \
         else torch.device("cpu")
     generator = torch.Generator().manual_seed(spec.seed)
