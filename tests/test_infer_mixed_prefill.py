@@ -200,6 +200,13 @@ def test_published_points_carry_the_token_budget_their_source_states():
     assert len(lmdeploy_runs) == 55
     assert dict(zip(stated["point_id"], stated["max_batched_tokens"].astype(int))) == {
         "J027": 4096, "J028": 1024, "J029": 16384, "J031": 1024,
+        # MLPerf TensorRT-LLM runs: each config's max_num_tokens (engine settings note)
+        **{pid: 4096 for pid in ("J001", "J002", "J003", "J004", "J009", "J010", "J013",
+                                 "J014")},
+        "J005": 8192, "J006": 16384, "J007": 16384, "J008": 8192, "J011": 8192,
+        "J012": 16384, "J017": 1536, "J018": 1536, "J019": 256, "J020": 12000,
+        "J021": 12000, "J022": 12000, "J023": 9216, "J024": 8192, "J025": 1536,
+        "J026": 2560, "J155": 3584, "J156": 12000, "J157": 3584,
         **{pid: 16416 for pid in lmdeploy_runs["point_id"]}}
     for row in stated.itertuples():
         text = row.source_location.replace("_", "-")

@@ -101,6 +101,16 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "TensorRT-LLM KvCacheConfig max_tokens, LMDeploy cache_max_entry_count "
                    "blocks x 128); a layout whose memory cannot hold it does not fit; default: "
                    "what memory leaves.")
+@click.option("--chunked-prefill/--no-chunked-prefill", "chunked_prefill", default=None,
+              help="In-flight engines: prompts are split to fill each step's token budget "
+                   "(TensorRT-LLM enable_chunked_context, vLLM --enable-chunked-prefill) or "
+                   "run whole; default the engine's.")
+@click.option("--kv-policy", type=click.Choice(engines.KV_POLICIES), default=None,
+              help="In-flight engines: reserve admits a request only when the KV cache holds "
+                   "its prompt and whole output (TensorRT-LLM GUARANTEED_NO_EVICT); preempt "
+                   "admits against the prompt and evicts the newest request, recomputed "
+                   "later, when the cache fills (vLLM, TensorRT-LLM MAX_UTILIZATION); "
+                   "default the engine's.")
 @click.option("--batching", type=click.Choice(MODES), default=None,
               help="static: each batch served together start to end; continuous: requests "
                    "join and leave every step, steady state at a concurrency (default: the "
@@ -166,7 +176,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           gpus_per_node, input_len, output_len, input_len_std, output_len_std, dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
-          max_batched_tokens, kv_cache_tokens, batching, batch, concurrency,
+          max_batched_tokens, kv_cache_tokens, chunked_prefill, kv_policy, batching, batch, concurrency,
           request_rate, limit_statistic, disaggregated, tp,
           pp, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
@@ -200,10 +210,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
     workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)
-    engine = engines.with_kv_cache_tokens(engines.with_max_batched_tokens(
-        engines.with_mixed_prefill(engines.with_decode_steps(
-            engines.get_engine(engine_name), decode_steps), mixed_prefill), max_batched_tokens),
-        kv_cache_tokens)
+    engine = engines.configured(engine_name, decode_steps, mixed_prefill, chunked_prefill,
+                                max_batched_tokens, kv_cache_tokens, kv_policy)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

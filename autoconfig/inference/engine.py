@@ -314,6 +314,43 @@ def with_mixed_prefill(engine: Engine, mixed: bool | None) -> Engine:
     return dataclasses.replace(engine, mixed_prefill=bool(mixed))
 
 
+def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
+    """``engine`` with prompts split to fill each step's token budget or run whole
+    (None: its default; TensorRT-LLM ``enable_chunked_context``, vLLM
+    ``--enable-chunked-prefill``); one-line InputError for an engine that serves
+    static batches."""
+    if chunked is None or chunked == engine.chunked_prefill:
+        return engine
+    if not engine.continuous:
+        flag = "--chunked-prefill" if chunked else "--no-chunked-prefill"
+        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches, "
+                         "whose prompts run whole; chunking applies to in-flight engines")
+    return dataclasses.replace(engine, chunked_prefill=bool(chunked))
+
+
+KV_POLICIES = ("reserve", "preempt")
+"""How an in-flight engine admits requests against its KV cache: ``reserve``, only
+when the cache holds the prompt and the whole output (TensorRT-LLM
+GUARANTEED_NO_EVICT); ``preempt``, against the prompt alone, the cache growing a
+token per decode and the newest request evicted and recomputed when it is full
+(vLLM; TensorRT-LLM MAX_UTILIZATION)."""
+
+
+def with_kv_policy(engine: Engine, policy: str | None) -> Engine:
+    """``engine`` admitting requests by ``policy`` (``KV_POLICIES``; None: its
+    default); one-line InputError for another value or a static engine."""
+    if policy is None:
+        return engine
+    if policy not in KV_POLICIES:
+        raise InputError(f"invalid --kv-policy {policy!r}: allowed are "
+                         f"{', '.join(KV_POLICIES)}")
+    if not engine.continuous:
+        raise InputError(f"invalid --kv-policy {policy}: engine {engine.name} serves static "
+                         "batches, each holding its whole cache; admission applies to "
+                         "in-flight engines")
+    return dataclasses.replace(engine, kv_reserves_output=policy == "reserve")
+
+
 def with_max_batched_tokens(engine: Engine, tokens: int | None) -> Engine:
     """``engine`` with a token budget per step of ``tokens`` (None: its default;
     vLLM ``--max-num-batched-tokens``, TensorRT-LLM ``max_num_tokens``, SGLang
@@ -333,6 +370,17 @@ def with_kv_cache_tokens(engine: Engine, tokens: int | None) -> Engine:
     return _with_count(engine, "--kv-cache-tokens", "kv_cache_tokens", tokens,
                        MAX_KV_CACHE_TOKENS, engine.paged,
                        "keeps a contiguous KV cache per sequence, with no pool to size")
+
+
+def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool | None = None,
+               chunked_prefill: bool | None = None, max_batched_tokens: int | None = None,
+               kv_cache_tokens: int | None = None, kv_policy: str | None = None) -> Engine:
+    """Engine ``name`` with the settings a user gives ``infer`` (None: the engine's
+    default), checked in one order so the CLI and ``infer-validate`` agree."""
+    engine = with_mixed_prefill(with_decode_steps(get_engine(name), decode_steps), mixed_prefill)
+    engine = with_chunked_prefill(engine, chunked_prefill)
+    engine = with_max_batched_tokens(engine, max_batched_tokens)
+    return with_kv_policy(with_kv_cache_tokens(engine, kv_cache_tokens), kv_policy)
 
 
 def _with_count(engine: Engine, flag: str, field: str, value, top: int, applies: bool,

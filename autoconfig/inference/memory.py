@@ -18,7 +18,9 @@
   steady state under continuous batching a request holds ``input + output/2``
   on average with fixed lengths (``InferenceWorkload.held_output_tokens`` with
   spread ones), rounded up to the engine's block, and a static batch peaks at
-  the whole sequence.
+  the whole sequence. An engine that reserves the output at admission
+  (TensorRT-LLM's GUARANTEED_NO_EVICT, ``Engine.kv_reserves_output``) holds
+  the whole sequence's blocks from the first step.
 - activations: nothing is kept for a backward pass, so only the largest
   tensors of one layer on the largest forward pass (the latency model's
   ``activation_tokens``: a prefill micro-batch, or a continuous step's budget) are alive at once:
@@ -156,13 +158,16 @@ def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float, ep=1)
 
 
 def kv_tokens_per_request(workload: InferenceWorkload, block_tokens: int | None,
-                          steady_state: bool) -> float:
+                          steady_state: bool, reserves_output: bool = False) -> float:
     """KV-cache tokens one request holds (module doc): the whole sequence for a
     contiguous cache or a static batch's peak; ``input + output/2`` in whole
-    blocks for a paged cache at steady state."""
+    blocks for a paged cache at steady state, or its whole sequence where the
+    engine reserves the output at admission (``Engine.kv_reserves_output``: the
+    blocks are held from the first token, not filled as it decodes)."""
     if not block_tokens:
         return float(workload.total_len_tokens)
-    held = workload.input_len_tokens + (workload.held_output_tokens if steady_state
+    grows = steady_state and not reserves_output
+    held = workload.input_len_tokens + (workload.held_output_tokens if grows
                                         else workload.output_len_tokens)
     return float(np.ceil(held / block_tokens) * block_tokens)
 

@@ -43,7 +43,7 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "limit_ttft_ms", "limit_tpot_ms", "limit_statistic", "statistic", "num_requests",
             "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
-            "max_batched_tokens", "kv_cache_tokens")
+            "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -109,14 +109,14 @@ def ask(row) -> pd.Series:
     on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
-    steps = optional_float(row.decode_steps)
-    engine = engines.with_decode_steps(engines.get_engine(str(row.engine)),
-                                       None if steps is None else int(steps))
-    engine = engines.with_mixed_prefill(engine, _mixed_prefill_cell(row.mixed_prefill))
-    budget = optional_float(row.max_batched_tokens)
-    engine = engines.with_max_batched_tokens(engine, None if budget is None else int(budget))
-    pool = optional_float(row.kv_cache_tokens)
-    engine = engines.with_kv_cache_tokens(engine, None if pool is None else int(pool))
+    steps, budget, pool = (optional_float(v) for v in (row.decode_steps,
+                                                       row.max_batched_tokens,
+                                                       row.kv_cache_tokens))
+    engine = engines.configured(str(row.engine), None if steps is None else int(steps),
+                                _flag_cell("mixed_prefill", row.mixed_prefill),
+                                _flag_cell("chunked_prefill", row.chunked_prefill),
+                                None if budget is None else int(budget),
+                                None if pool is None else int(pool), _cell(row.kv_policy))
     tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]
@@ -172,13 +172,14 @@ def _cell(value) -> str | None:
     return text or None
 
 
-def _mixed_prefill_cell(value) -> bool | None:
-    """The ``mixed_prefill`` cell: true or false; empty: None, the engine's default."""
+def _flag_cell(column: str, value) -> bool | None:
+    """A true/false cell (``mixed_prefill``, ``chunked_prefill``); empty: None, the
+    engine's default."""
     text = _cell(value)
     if text is None:
         return None
     if text not in ("true", "false"):
-        raise InputError(f"invalid mixed_prefill {value!r}: allowed are true, false or empty")
+        raise InputError(f"invalid {column} {value!r}: allowed are true, false or empty")
     return text == "true"
 
 

@@ -95,6 +95,15 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
         what += f"; {e.max_batched_tokens} tokens a step at most"
     if e.kv_cache_tokens is not None:
         what += f"; a KV pool of {e.kv_cache_tokens} tokens per replica"
+    default = get_engine(e.name)
+    if e.continuous and e.chunked_prefill != default.chunked_prefill:
+        what += ("; prompts chunked to fill each step's budget" if e.chunked_prefill else
+                 "; prompts prefilled whole")
+    if e.continuous and e.kv_reserves_output != default.kv_reserves_output:
+        what += ("; a request is admitted only when the KV cache holds its whole output"
+                 if e.kv_reserves_output else
+                 "; requests admitted against their prompt, the newest evicted and "
+                 "recomputed when the KV cache fills")
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
@@ -165,6 +174,9 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
                                             if result.engine else None),
             "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
             "kv_cache_tokens": result.engine.kv_cache_tokens if result.engine else None,
+            "chunked_prefill": result.engine.chunked_prefill if result.engine else None,
+            "kv_policy": (None if result.engine is None else
+                          "reserve" if result.engine.kv_reserves_output else "preempt"),
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}

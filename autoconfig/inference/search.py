@@ -235,7 +235,7 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     engine = engine or get_engine(None)
     lat = latency(model, workload, plans, cluster, constants, engine, mode)
     kv_tokens = kv_tokens_per_request(workload, engine.kv_block_tokens if engine.paged else None,
-                                      mode == "continuous")
+                                      mode == "continuous", engine.kv_reserves_output)
     held = _pool_held(engine, plans, kv_tokens)
     mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held,
                          engine.kv_cache_tokens is not None)

@@ -1,0 +1,119 @@
+"""Engine settings a serving team sets and ``infer`` takes: prompts chunked to the
+step's token budget or run whole (``--chunked-prefill``), and how requests are
+admitted against the KV cache (``--kv-policy reserve|preempt``)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.errors import InputError
+from autoconfig.inference import engine as engines
+from autoconfig.inference.job import Job
+from autoconfig.inference.memory import kv_tokens_per_request
+from autoconfig.inference.plan import InferenceWorkload
+from autoconfig.inference.published import ask, default_points_path, load_points
+from autoconfig.inference.search import Pins, search
+from cli_runner import run_cli
+
+MODEL = get_model("llama3-8b")
+CLUSTER = Cluster(get_gpu("h100-80gb"), 1, 1)
+TRT = engines.get_engine("tensorrt-llm")
+BASE = ["infer", "--model", "llama3", "--size", "8b", "--gpu", "h100", "--gpus", "1",
+        "--input-len", "1024", "--output-len", "512", "--no-plots", "--format", "json",
+        "--tp", "1", "--pp", "1", "--engine", "tensorrt-llm"]
+
+
+def _job_row(engine, workload, requests, cap=256):
+    result = search(MODEL, workload, CLUSTER, engine=engine, mode="continuous", max_batch=cap,
+                    pins=Pins((1,), (1,)), job=Job(requests, None, None))
+    return result.table.iloc[0]
+
+
+def test_overrides_set_the_engine_and_refuse_static_engines():
+    assert engines.with_chunked_prefill(TRT, None) is TRT
+    assert engines.with_kv_policy(TRT, None) is TRT
+    assert engines.with_chunked_prefill(TRT, True).chunked_prefill is True
+    assert engines.with_kv_policy(TRT, "preempt").kv_reserves_output is False
+    assert engines.with_kv_policy(engines.get_engine("vllm"), "reserve").kv_reserves_output
+    with pytest.raises(InputError, match="invalid --kv-policy 'evict': allowed are reserve"):
+        engines.with_kv_policy(TRT, "evict")
+    ft = engines.get_engine("fastertransformer")
+    for call in (lambda: engines.with_chunked_prefill(ft, True),
+                 lambda: engines.with_kv_policy(ft, "preempt")):
+        with pytest.raises(InputError, match="static batches"):
+            call()
+
+
+def test_preempting_admits_more_than_reserving_when_the_pool_binds():
+    # 20,000 tokens hold 13 requests reserved whole (1,536 tokens each) but all 16
+    # by their prompts (1,024): reserving, three wait for the first wave to end;
+    # preempting, all start at once and the newest are evicted only near the end.
+    workload = InferenceWorkload(1024, 512, "bf16")
+    pooled = engines.with_kv_cache_tokens(TRT, 20_000)
+    reserve = _job_row(pooled, workload, 16)
+    preempt = _job_row(engines.with_kv_policy(pooled, "preempt"), workload, 16)
+    assert preempt.ttft_ms < 0.5 * reserve.ttft_ms
+    assert preempt.tokens_per_s_per_replica > 1.1 * reserve.tokens_per_s_per_replica
+
+
+def test_a_reserving_engine_holds_the_whole_sequence_at_steady_state():
+    workload = InferenceWorkload(1000, 500, "bf16")
+    assert kv_tokens_per_request(workload, 32, True, reserves_output=True) == 1504.0
+    assert kv_tokens_per_request(workload, 32, True) == 1280.0    # input + output / 2, in blocks
+
+
+def test_chunking_splits_a_long_prompt_over_steps():
+    # One 8,192-token prompt under a 1,024-token budget: whole, it runs in one
+    # step; chunked, in eight, each reading the weights again, so it comes later.
+    workload = InferenceWorkload(8192, 16, "bf16")
+    narrow = engines.with_max_batched_tokens(TRT, 1024)
+    whole = _job_row(engines.with_chunked_prefill(narrow, False), workload, 1)
+    chunked = _job_row(engines.with_chunked_prefill(narrow, True), workload, 1)
+    assert chunked.ttft_ms > 1.05 * whole.ttft_ms
+
+
+def test_the_cli_takes_both_settings_and_reports_them(tmp_path, capsys):
+    extra = ["--num-requests", "32", "--chunked-prefill", "--kv-policy", "preempt",
+             "--max-batched-tokens", "2048"]
+    code, text, err = run_cli(BASE + extra + ["--output-dir", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    data = json.loads(text)
+    assert (data["chunked_prefill"], data["kv_policy"], data["max_batched_tokens"]) == \
+        (True, "preempt", 2048)
+    table = ["table" if a == "json" else a for a in BASE]
+    code, text, err = run_cli(table + extra + ["--output-dir", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert "the newest evicted and recomputed" in text + err
+    code, _, err = run_cli(BASE + ["--kv-policy", "sometimes", "--output-dir",
+                                   str(tmp_path / "c")], capsys)
+    assert code != 0 and "sometimes" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(["infer", "--model", "gpt3", "--size", "1.3b", "--engine",
+                            "fastertransformer", "--chunked-prefill", "--no-plots", "--gpus", "1",
+                            "--input-len",
+                            "128", "--output-len", "16",
+                            "--output-dir", str(tmp_path / "d")], capsys)
+    assert code != 0 and "static batches" in err and len(err.strip().splitlines()) == 1
+
+
+def test_mlperf_tensorrt_rows_carry_their_configs_scheduler_settings():
+    points = load_points(default_points_path())
+    mlperf = points[points["source_location"].str.startswith("MLPerf")
+                    & (points["engine"] == "tensorrt-llm")]
+    # J031 (v5.0): its harness's defaults were not read, so it keeps the engine's
+    unread = mlperf[mlperf["kv_policy"].isna()]
+    assert list(unread["point_id"]) == ["J031"]
+    read = mlperf[mlperf["kv_policy"].notna()]
+    assert len(read) == 27 and set(read["kv_policy"]) == {"preempt"}   # MAX_UTILIZATION
+    for row in read.itertuples():
+        # chunked context: a runtime flag of the v5.1 harness, not wired in v4.1's
+        assert str(row.chunked_prefill).lower() == \
+            ("true" if "v5.1" in row.source_location[:25] else "false"), row.point_id
+    row = next(points[points["point_id"] == "J002"].itertuples())
+    with pytest.raises(InputError, match="invalid chunked_prefill 'often'"):
+        ask(row._replace(chunked_prefill="often"))
+    with pytest.raises(InputError, match="invalid --kv-policy 'evict'"):
+        ask(row._replace(kv_policy="evict"))
+    assert np.isfinite(ask(row).tokens_per_s_per_gpu)
