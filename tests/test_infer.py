@@ -14,7 +14,7 @@ from autoconfig.core.hardware import Cluster
 from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.inference import report
 from autoconfig.inference.collectives import kernel_gpu_floor_s, sync_latency_s
-from autoconfig.inference.engine import get_engine
+from autoconfig.inference.engine import get_engine, with_kv_cache_tokens
 from autoconfig.inference.latency import ALLREDUCES_PER_LAYER, latency
 from autoconfig.inference.memory import kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
@@ -67,8 +67,10 @@ def test_nvfp4_weights_take_0_5625_bytes_with_an_fp8_kv_cache() -> None:
     model = get_model("llama3-70b")
     cluster = Cluster(get_gpu("b200"), 1, 8)
     plan = InferencePlan(8, 1, 8)
-    fp8 = one(model, InferenceWorkload(2048, 64, "fp8"), plan, cluster, TRT, "continuous")
-    fp4 = one(model, InferenceWorkload(2048, 64, "nvfp4"), plan, cluster, TRT, "continuous")
+    # one pool of a set size for both, so the cache's GiB compare its bytes per token
+    pooled = with_kv_cache_tokens(TRT, 100_000)
+    fp8 = one(model, InferenceWorkload(2048, 64, "fp8"), plan, cluster, pooled, "continuous")
+    fp4 = one(model, InferenceWorkload(2048, 64, "nvfp4"), plan, cluster, pooled, "continuous")
     assert fp4.weights_gib == pytest.approx(fp8.weights_gib * 0.5625)
     assert fp4.kv_cache_gib == pytest.approx(fp8.kv_cache_gib)
     assert fp4.tpot_ms < fp8.tpot_ms and fp4.ttft_ms < fp8.ttft_ms

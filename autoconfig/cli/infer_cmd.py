@@ -100,7 +100,13 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "(vLLM --num-gpu-blocks-override x block size, SGLang --max-total-tokens, "
                    "TensorRT-LLM KvCacheConfig max_tokens, LMDeploy cache_max_entry_count "
                    "blocks x 128); a layout whose memory cannot hold it does not fit; default: "
-                   "what memory leaves.")
+                   "the engine's memory share (--kv-memory-fraction), else what memory leaves.")
+@click.option("--kv-memory-fraction", type=float, default=None,
+              help="Paged engines that size their KV pool from a memory share: TensorRT-LLM "
+                   "free_gpu_memory_fraction (of the memory free once the model is loaded, "
+                   "default 0.9), vLLM --gpu-memory-utilization (of the whole GPU, 0.9), "
+                   "SGLang --mem-fraction-static (weights and pool, of the whole GPU; default "
+                   "derived from its reserve); default the engine's.")
 @click.option("--chunked-prefill/--no-chunked-prefill", "chunked_prefill", default=None,
               help="In-flight engines: prompts are split to fill each step's token budget "
                    "(TensorRT-LLM enable_chunked_context, vLLM --enable-chunked-prefill) or "
@@ -176,7 +182,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           gpus_per_node, input_len, output_len, input_len_std, output_len_std, dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
-          max_batched_tokens, kv_cache_tokens, chunked_prefill, kv_policy, batching, batch, concurrency,
+          max_batched_tokens, kv_cache_tokens, kv_memory_fraction, chunked_prefill, kv_policy,
+          batching, batch, concurrency,
           request_rate, limit_statistic, disaggregated, tp,
           pp, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
@@ -211,7 +218,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)
     engine = engines.configured(engine_name, decode_steps, mixed_prefill, chunked_prefill,
-                                max_batched_tokens, kv_cache_tokens, kv_policy)
+                                max_batched_tokens, kv_cache_tokens, kv_policy,
+                                kv_memory_fraction)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

@@ -34,6 +34,53 @@ MAX_KV_CACHE_TOKENS = 1 << 30
 KV_CACHES = ("contiguous", "paged")
 
 
+KV_POOL_BASES = ("free", "total", "static")
+"""What an engine's KV memory share is a share of (``KvPoolRule``)."""
+RESERVE_TERMS = ("base_mib", "mib_per_chunk_token", "min_chunk_tokens", "mib_per_graph_seq",
+                 "graph_seqs", "graph_seqs_from_tp4", "mib_per_replica_gpu", "floor_mib",
+                 "floor_above_gib")
+"""The terms of a reserve rule (``KvPoolRule.reserve``), all required."""
+
+
+@dataclass(frozen=True)
+class KvPoolRule:
+    """How a paged engine sizes its KV pool at start (bytes per GPU, ``T`` the
+    GPU's memory, ``W`` weights, ``A`` the largest forward's activations, ``C``
+    the runtime context):
+
+    - ``free``: ``share x (T - W - A - C)``, a share of what is free once the
+      model is loaded and a forward was profiled (TensorRT-LLM
+      ``free_gpu_memory_fraction``);
+    - ``total``: ``share x T - (W + A + C)``, the engine's whole footprint held to
+      a share of the GPU (vLLM ``--gpu-memory-utilization``);
+    - ``static``: ``share x T - (W + C)``, weights and pool held to a share, the
+      rest left for activations and graphs (SGLang ``--mem-fraction-static``).
+
+    ``share`` or, where the engine derives it, ``reserve``: the MiB it keeps out
+    of the share, ``base + per chunk token x max(budget, min chunk) + per graph
+    sequence x graph batch + per replica GPU x TP x PP``, at least ``floor``
+    on GPUs over ``floor_above_gib`` (SGLang's ``_handle_gpu_memory_settings``),
+    so ``share = 1 - reserve / T``."""
+
+    of: str
+    share: float | None = None
+    reserve: tuple[tuple[str, float], ...] = ()
+
+    def share_of(self, total_bytes: float, budget_tokens, tp, pp):
+        """The share at this GPU memory, step budget and layout (arrays allowed)."""
+        if self.share is not None:
+            return self.share
+        r = dict(self.reserve)
+        graph = np.where(np.asarray(tp) >= 4, r["graph_seqs_from_tp4"], r["graph_seqs"])
+        mib = (r["base_mib"] + r["mib_per_chunk_token"] * max(budget_tokens or 0,
+                                                              r["min_chunk_tokens"])
+               + r["mib_per_graph_seq"] * graph
+               + r["mib_per_replica_gpu"] * np.asarray(tp) * np.asarray(pp))
+        if total_bytes > r["floor_above_gib"] * 2**30:
+            mib = np.maximum(mib, r["floor_mib"])
+        return 1.0 - mib * 2**20 / total_bytes
+
+
 @dataclass(frozen=True)
 class Engine:
     """What one serving engine does, where it changes latency or memory."""
@@ -110,8 +157,13 @@ class Engine:
     """The KV pool of one replica in tokens, as its user set it (vLLM
     ``--num-gpu-blocks-override`` x the block size, SGLang ``--max-total-tokens``,
     TensorRT-LLM ``KvCacheConfig.max_tokens``, LMDeploy ``cache_max_entry_count``
-    blocks x ``cache_block_seq_len``); None: what memory leaves once the weights
-    and activations are placed (``memory.kv_capacity_tokens``)."""
+    blocks x ``cache_block_seq_len``); None: what ``kv_pool`` gives, else what
+    memory leaves once the weights and activations are placed
+    (``memory.kv_capacity_tokens``)."""
+    kv_pool: KvPoolRule | None = None
+    """How the engine sizes its KV pool from memory when its user did not set it
+    (``KvPoolRule``); None: what memory leaves once the weights and activations
+    are placed, less the allocator's fragmentation."""
 
     @property
     def continuous(self) -> bool:
@@ -270,6 +322,8 @@ def _load(path_text: str) -> Engine:
         # Absent: fused attention, scores kept on chip (every engine but the worker's path).
         attention_score_bytes=float(_value(data, "attention_score_bytes", path, src, num))
         if "attention_score_bytes" in data else 0.0,
+        kv_pool=_kv_pool(_value(data, "kv_pool_memory", path, src, (dict,)), path)
+        if "kv_pool_memory" in data else None,
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -278,6 +332,23 @@ def _load(path_text: str) -> Engine:
     if engine.decode_steps < 1 or (engine.decode_steps > 1 and not engine.decode_steps_option):
         raise CatalogError(f"{path}: decode_steps must be 1, or more with a decode_steps_option")
     return engine
+
+
+def _kv_pool(data: dict, path: Path) -> KvPoolRule:
+    """The ``kv_pool_memory`` mapping: ``of`` one of ``KV_POOL_BASES`` and either a
+    ``share`` in (0, 1] or a ``reserve`` mapping of every ``RESERVE_TERMS``."""
+    of, share, reserve = data.get("of"), data.get("share"), data.get("reserve")
+    number = (int, float)
+    bad_reserve = reserve is not None and (
+        not isinstance(reserve, dict) or set(reserve) != set(RESERVE_TERMS)
+        or not all(isinstance(v, number) and v >= 0 for v in reserve.values()))
+    if of not in KV_POOL_BASES or (share is None) == (reserve is None) or bad_reserve \
+            or (share is not None and (not isinstance(share, number) or not 0 < share <= 1)):
+        raise CatalogError(f"{path}: kv_pool_memory must give 'of' ({', '.join(KV_POOL_BASES)}) "
+                           "and either a 'share' in (0, 1] or a 'reserve' with "
+                           f"{', '.join(RESERVE_TERMS)} (numbers >= 0)")
+    return KvPoolRule(str(of), None if share is None else float(share),
+                      tuple(sorted((k, float(v)) for k, v in (reserve or {}).items())))
 
 
 def _count(flag: str, value, top: int) -> int:
@@ -372,15 +443,37 @@ def with_kv_cache_tokens(engine: Engine, tokens: int | None) -> Engine:
                        "keeps a contiguous KV cache per sequence, with no pool to size")
 
 
+def with_kv_memory_fraction(engine: Engine, fraction: float | None) -> Engine:
+    """``engine`` holding its KV memory rule to ``fraction`` (None: its default):
+    TensorRT-LLM ``free_gpu_memory_fraction``, vLLM ``--gpu-memory-utilization``,
+    SGLang ``--mem-fraction-static`` (``KvPoolRule``); one-line InputError for a
+    value outside (0, 1] or an engine without such a setting."""
+    if fraction is None:
+        return engine
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
+            or not 0 < fraction <= 1:
+        raise InputError(f"invalid --kv-memory-fraction {shown(fraction)}: must be a number "
+                         "in (0, 1]")
+    if engine.kv_pool is None:
+        able = ", ".join(n for n in names() if get_engine(n).kv_pool is not None)
+        raise InputError(f"invalid --kv-memory-fraction {fraction:g}: engine {engine.name} "
+                         f"has no memory share setting for its KV cache (engines with one: "
+                         f"{able}); --kv-cache-tokens sets its pool")
+    return dataclasses.replace(engine, kv_pool=dataclasses.replace(
+        engine.kv_pool, share=float(fraction), reserve=()))
+
+
 def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool | None = None,
                chunked_prefill: bool | None = None, max_batched_tokens: int | None = None,
-               kv_cache_tokens: int | None = None, kv_policy: str | None = None) -> Engine:
+               kv_cache_tokens: int | None = None, kv_policy: str | None = None,
+               kv_memory_fraction: float | None = None) -> Engine:
     """Engine ``name`` with the settings a user gives ``infer`` (None: the engine's
     default), checked in one order so the CLI and ``infer-validate`` agree."""
     engine = with_mixed_prefill(with_decode_steps(get_engine(name), decode_steps), mixed_prefill)
     engine = with_chunked_prefill(engine, chunked_prefill)
     engine = with_max_batched_tokens(engine, max_batched_tokens)
-    return with_kv_policy(with_kv_cache_tokens(engine, kv_cache_tokens), kv_policy)
+    engine = with_kv_policy(with_kv_cache_tokens(engine, kv_cache_tokens), kv_policy)
+    return with_kv_memory_fraction(engine, kv_memory_fraction)
 
 
 def _with_count(engine: Engine, flag: str, field: str, value, top: int, applies: bool,

@@ -44,7 +44,7 @@ import pandas as pd
 
 from autoconfig.errors import MAX_COUNT, InputError, shown
 from autoconfig.inference.lengths import arrival_times_s, check_rate, request_lengths
-from autoconfig.inference.memory import kv_capacity_tokens
+from autoconfig.inference.memory import kv_capacity_tokens, pool_tokens
 
 
 @dataclass(frozen=True)
@@ -428,9 +428,10 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
     """Each plan (``plans.batch``: its engine's cap on running sequences) serving
     ``job``: mean TTFT, TPOT and latency, the job's duration and its output
     tokens/s per replica, and whether its largest request fits the KV cache at all."""
-    capacity = kv_capacity_tokens(model, workload, plans,
-                                  activation_tokens(engine, workload, len(plans)), cluster.gpu,
-                                  engine.kv_cache_tokens)
+    forward = activation_tokens(engine, workload, len(plans))
+    capacity = kv_capacity_tokens(model, workload, plans, forward, cluster.gpu,
+                                  pool_tokens(model, workload, plans, forward, cluster.gpu,
+                                              engine))
     rows = []
     for i in range(len(plans)):
         one = plans.take([i])

@@ -18,7 +18,12 @@
   steady state under continuous batching a request holds ``input + output/2``
   on average with fixed lengths (``InferenceWorkload.held_output_tokens`` with
   spread ones), rounded up to the engine's block, and a static batch peaks at
-  the whole sequence. An engine that reserves the output at admission
+  the whole sequence. A paged engine allocates its pool once at start
+  (``pool_tokens``): the tokens its user set, or what its memory rule gives
+  (``Engine.kv_pool``: TensorRT-LLM a share of the memory free once the model
+  is loaded, vLLM a share of the GPU less its whole footprint, SGLang a share
+  of the GPU for weights and pool); requests are admitted against that pool.
+  An engine that reserves the output at admission
   (TensorRT-LLM's GUARANTEED_NO_EVICT, ``Engine.kv_reserves_output``) holds
   the whole sequence's blocks from the first step.
 - activations: nothing is kept for a backward pass, so only the largest
@@ -203,24 +208,63 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
 
 
 def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-                       activation_tokens, gpu: GPU, pool_tokens: int | None = None) -> np.ndarray:
+                       activation_tokens, gpu: GPU, pool_tokens=None) -> np.ndarray:
     """KV-cache tokens each plan's replica has room for once its weights,
     activations and overheads are placed (0 when they alone do not fit): the
-    pool a paged engine admits requests against. ``pool_tokens``: the pool its
-    user set (``Engine.kv_cache_tokens``), allocated once and unfragmented
-    (``memory_per_gpu`` ``pooled``): the capacity where the room left beside the
-    rest holds it, 0 where it does not (the engine cannot allocate it and does
-    not start)."""
+    pool a paged engine admits requests against. ``pool_tokens`` (a number or
+    one per plan): the pool the engine allocates at start, as its user set it
+    (``Engine.kv_cache_tokens``) or its memory rule sizes it (``pool_tokens``),
+    once and unfragmented (``memory_per_gpu`` ``pooled``): the capacity where
+    the room left beside the rest holds it, 0 where it does not (the engine
+    cannot allocate it and does not start)."""
     fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
     context_bytes = runtime_context_bytes(plans)
-    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
-    rest = fixed.weights_bytes + fixed.activation_bytes
+    rest = _loaded_bytes(model, workload, plans, activation_tokens)
     per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
     if pool_tokens is None:
         room = (usable_bytes(gpu) - context_bytes) / fragmentation - rest
         return np.maximum(room, 0.0) / per_token
+    pool = np.broadcast_to(np.asarray(pool_tokens, dtype=float), per_token.shape)
     room = usable_bytes(gpu) - context_bytes - fragmentation * rest
-    return np.where(room >= pool_tokens * per_token, float(pool_tokens), 0.0)
+    return np.where((pool > 0) & (room >= pool * per_token), pool, 0.0)
+
+
+def _loaded_bytes(model, workload, plans, activation_tokens) -> np.ndarray:
+    """Weights and activations of each plan's GPU (no KV cache, no overheads)."""
+    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
+    return fixed.weights_bytes + fixed.activation_bytes
+
+
+def pool_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
+                activation_tokens, gpu: GPU, engine) -> np.ndarray | None:
+    """The KV pool of each plan's replica in tokens as the engine allocates it at
+    start: its user's (``Engine.kv_cache_tokens``) or its memory rule's
+    (``Engine.kv_pool``, ``KvPoolRule``: the loaded weights and activations with
+    the allocator's fragmentation, plus the runtime context, against the GPU's
+    usable memory); None for an engine without either (its cache takes what
+    memory leaves, ``kv_capacity_tokens``). A rule that leaves nothing gives 0:
+    the layout does not fit."""
+    if engine.kv_cache_tokens is not None:
+        return np.full(len(plans), float(engine.kv_cache_tokens))
+    rule = engine.kv_pool
+    if rule is None or not engine.paged:
+        return None
+    fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
+    total = usable_bytes(gpu)
+    context = runtime_context_bytes(plans)
+    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
+    weights = fragmentation * fixed.weights_bytes
+    loaded = weights + fragmentation * fixed.activation_bytes + context
+    share = rule.share_of(total, engine.max_batched_tokens, plans.tp, plans.pp)
+    if rule.of == "free":
+        pool = share * (total - loaded)
+    elif rule.of == "total":
+        pool = share * total - loaded
+    else:                                   # static: weights and pool within the share
+        pool = share * total - weights - context
+    per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
+    block = float(engine.kv_block_tokens)             # allocated in whole blocks
+    return np.floor(np.maximum(pool, 0.0) / per_token / block) * block
 
 
 def fits(memory: InferenceMemory, gpu: GPU) -> np.ndarray:

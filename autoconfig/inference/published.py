@@ -43,7 +43,8 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "limit_ttft_ms", "limit_tpot_ms", "limit_statistic", "statistic", "num_requests",
             "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
-            "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy")
+            "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy",
+            "kv_memory_fraction")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -109,14 +110,16 @@ def ask(row) -> pd.Series:
     on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
-    steps, budget, pool = (optional_float(v) for v in (row.decode_steps,
-                                                       row.max_batched_tokens,
-                                                       row.kv_cache_tokens))
+    steps, budget, pool, share = (optional_float(v) for v in (row.decode_steps,
+                                                              row.max_batched_tokens,
+                                                              row.kv_cache_tokens,
+                                                              row.kv_memory_fraction))
     engine = engines.configured(str(row.engine), None if steps is None else int(steps),
                                 _flag_cell("mixed_prefill", row.mixed_prefill),
                                 _flag_cell("chunked_prefill", row.chunked_prefill),
                                 None if budget is None else int(budget),
-                                None if pool is None else int(pool), _cell(row.kv_policy))
+                                None if pool is None else int(pool), _cell(row.kv_policy),
+                                share)
     tp, pp, _, replicas = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]

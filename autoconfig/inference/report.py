@@ -96,6 +96,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if e.kv_cache_tokens is not None:
         what += f"; a KV pool of {e.kv_cache_tokens} tokens per replica"
     default = get_engine(e.name)
+    if e.kv_pool is not None and e.kv_cache_tokens is None and e.kv_pool != default.kv_pool:
+        what += f"; a KV memory share of {e.kv_pool.share:g}"
     if e.continuous and e.chunked_prefill != default.chunked_prefill:
         what += ("; prompts chunked to fill each step's budget" if e.chunked_prefill else
                  "; prompts prefilled whole")
@@ -175,6 +177,8 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
             "kv_cache_tokens": result.engine.kv_cache_tokens if result.engine else None,
             "chunked_prefill": result.engine.chunked_prefill if result.engine else None,
+            "kv_memory_fraction": (result.engine.kv_pool.share
+                                   if result.engine and result.engine.kv_pool else None),
             "kv_policy": (None if result.engine is None else
                           "reserve" if result.engine.kv_reserves_output else "preempt"),
             "batching": result.mode,

@@ -38,7 +38,8 @@ from autoconfig.training.fp8 import check_precision
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.job import PERCENTILES, Job
 from autoconfig.inference.latency import MODES, latency
-from autoconfig.inference.memory import fits, kv_tokens_per_request, memory_per_gpu
+from autoconfig.inference.memory import (fits, kv_tokens_per_request, memory_per_gpu,
+                                         pool_tokens)
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.training.memory import usable_bytes
 
@@ -236,12 +237,12 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     lat = latency(model, workload, plans, cluster, constants, engine, mode)
     kv_tokens = kv_tokens_per_request(workload, engine.kv_block_tokens if engine.paged else None,
                                       mode == "continuous", engine.kv_reserves_output)
-    held = _pool_held(engine, plans, kv_tokens)
-    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held,
-                         engine.kv_cache_tokens is not None)
+    pool = pool_tokens(model, workload, plans, lat.activation_tokens, cluster.gpu, engine)
+    held = _pool_held(pool, plans, kv_tokens)
+    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held, pool is not None)
     fit = fits(mem, cluster.gpu)
-    if engine.kv_cache_tokens is not None:          # and the batch's cache within the pool
-        fit = fit & (plans.batch * kv_tokens <= engine.kv_cache_tokens)
+    if pool is not None:                            # and the batch's cache within the pool
+        fit = fit & (pool > 0) & (plans.batch * kv_tokens <= pool)
     gpus = (plans.tp * plans.pp).astype(float)
     requests_per_s = plans.batch / lat.latency_s
     tokens_per_s = requests_per_s * workload.output_len_tokens
@@ -266,13 +267,13 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
     })
 
 
-def _pool_held(engine: Engine, plans, kv_tokens):
+def _pool_held(pool, plans, kv_tokens):
     """KV tokens per request that memory holds: what each request needs, or, where
-    its user set the pool (``Engine.kv_cache_tokens``), the whole pool, which the
-    engine allocates at start, spread over the batch."""
-    if engine.kv_cache_tokens is None:
+    the engine allocates a pool at start (``memory.pool_tokens``: its user's or
+    its memory rule's), the whole pool spread over the batch."""
+    if pool is None:
         return kv_tokens
-    return engine.kv_cache_tokens / plans.batch.astype(float)
+    return pool / plans.batch.astype(float)
 
 
 def _limit_checks(limits: Limits):
@@ -433,10 +434,10 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
     table["job_duration_s"] = runs["duration_s"].to_numpy()
     if job.rate_search:
         table["request_rate_per_s"] = runs["request_rate_per_s"].to_numpy()
-    held = _pool_held(engine, plans, runs["peak_kv_tokens"].to_numpy() / plans.batch)
-    mem = memory_per_gpu(model, workload, plans,
-                         jobs.activation_tokens(engine, workload, len(plans)), held,
-                         engine.kv_cache_tokens is not None)
+    forward = jobs.activation_tokens(engine, workload, len(plans))
+    pool = pool_tokens(model, workload, plans, forward, cluster.gpu, engine)
+    held = _pool_held(pool, plans, runs["peak_kv_tokens"].to_numpy() / plans.batch)
+    mem = memory_per_gpu(model, workload, plans, forward, held, pool is not None)
     table["memory_gib"] = mem.total_bytes / 2**30
     table["kv_cache_gib"] = mem.kv_cache_bytes / 2**30
     return table
