@@ -13,6 +13,7 @@ from autoconfig.inference import engine as engines
 from autoconfig.inference.latency import latency
 from autoconfig.inference.memory import kv_tokens_per_request
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
+from autoconfig.inference.published import ask, default_points_path, load_points
 from autoconfig.inference.search import Limits, Pins, concurrency_grid, predict, search
 from cli_runner import run_cli
 
@@ -165,6 +166,7 @@ def test_disaggregated_rows_appear_beside_aggregated(capsys, tmp_path) -> None:
     (["--batch", "4", "--concurrency", "8"], "either --batch"),
     (["--tp", "3"], "invalid --tp 3"),
     (["--pp", "7"], "invalid --pp 7"),
+    (["--ep", "2"], "invalid --ep 2: llama3-70b has no experts"),
     (["--batch", "0"], "--batch"),
     (["--request-rate", "-1", "--batching", "continuous"], "--request-rate"),
     (["--engine", "fastertransformer", "--disaggregated"], "separate"),
@@ -180,3 +182,26 @@ def test_static_engine_rejects_continuous_mode_in_the_library() -> None:
                Cluster(get_gpu("h100-80gb"), 1, 8),
                engine=engines.get_engine("fastertransformer"), mode="continuous",
                limits=Limits())
+
+
+def test_an_expert_parallel_pin_keeps_the_layout_as_run(capsys, tmp_path) -> None:
+    """``--ep`` pins expert parallelism as ``--tp/--pp`` pin theirs: Mixtral on 8
+    GPUs at TP 1 searches EP 1, 2, 4, 8 (a replica holding every expert, or the
+    experts spread over replicas); pinned to 1, each GPU holds all 8 experts, as
+    MLPerf's TensorRT-LLM runs did (the published points blank EP as 1)."""
+    mixtral = ["infer", "--model", "mixtral", "--size", "8x7b", "--gpu", "h100", "--gpus", "8",
+               "--input-len", "512", "--output-len", "128", "--precision", "fp8",
+               "--engine", "tensorrt-llm", "--tp", "1", "--pp", "1", "--no-plots",
+               "--format", "json", "--top", "20"]
+    code, text, err = run_cli(mixtral + ["-o", str(tmp_path / "auto")], capsys)
+    assert code == 0, err
+    assert {p["ep"] for p in json.loads(text)["plans"]} > {1}
+    code, text, err = run_cli(mixtral + ["--ep", "1", "-o", str(tmp_path / "one")], capsys)
+    assert code == 0, err
+    plans = json.loads(text)["plans"]
+    assert {p["ep"] for p in plans} == {1} and plans[0]["weights_gib"] > 40   # 47B at 1 byte
+    code, _, err = run_cli(mixtral + ["--ep", "3", "-o", str(tmp_path / "bad")], capsys)
+    assert code == 2 and "invalid --ep 3: must divide the 8 experts" in err
+    points = load_points(default_points_path())
+    row = next(points[points["point_id"] == "J005"].itertuples())
+    assert ask(row._replace(num_requests=800)).ep == 1

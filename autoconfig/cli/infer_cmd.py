@@ -146,6 +146,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "nodes where the engine runs it).")
 @click.option("--pp", type=IntListOrAuto, default=None,
               help="Pipeline-parallel sizes (default auto: divisors of the layers).")
+@click.option("--ep", type=IntListOrAuto, default=None,
+              help="Expert-parallel sizes of MoE models (default auto: 1 and each multiple "
+                   "of TP that divides the experts and a stage's GPUs); 1 keeps every expert "
+                   "on each replica's GPUs.")
 @click.option("--max-batch", type=int, default=None,
               help=f"Largest static batch tried (powers of two up to it; default "
                    f"{DEFAULT_MAX_BATCH}) or concurrency tried (default: the engine's own "
@@ -185,7 +189,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           max_batched_tokens, kv_cache_tokens, kv_memory_fraction, chunked_prefill, kv_policy,
           batching, batch, concurrency,
           request_rate, limit_statistic, disaggregated, tp,
-          pp, max_batch, top, fmt, plots, output_dir,
+          pp, ep, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
           dry_run, calibration, retry) -> None:
     """Rank inference layouts (TP, PP, batch, replicas) by predicted throughput or
@@ -243,7 +247,8 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
         job = Job(num_requests, concurrency[0] if concurrency else None,
                   None if searched else request_rate, searched)
         concurrency = request_rate = None
-    pins = Pins(tp=tuple(tp or ()), pp=tuple(pp or ()), batch=tuple(batch or concurrency or ()))
+    pins = Pins(tp=tuple(tp or ()), pp=tuple(pp or ()), batch=tuple(batch or concurrency or ()),
+                ep=tuple(ep or ()))
     options = None
     if profile:
         from autoconfig.profiling.inference_sweep import InferProfileOptions, check

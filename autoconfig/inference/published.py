@@ -91,11 +91,13 @@ def load_points(path: Path) -> pd.DataFrame:
     return points
 
 
-def _layout(row) -> tuple[int, int, int, int]:
-    """(tp, pp, GPUs, replicas) of a point; blank TP or PP is 1, blank GPUs tp x pp."""
+def _layout(row) -> tuple[int, int, int, int, int]:
+    """(tp, pp, GPUs, replicas, ep) of a point; blank TP, PP or EP is 1 (a replica
+    holds every expert, as a run that states no expert parallelism ran), blank
+    GPUs tp x pp."""
     tp, pp = int(optional_float(row.tp) or 1), int(optional_float(row.pp) or 1)
     gpus = int(optional_float(row.num_gpus) or tp * pp)
-    return tp, pp, gpus, max(1, gpus // (tp * pp))
+    return tp, pp, gpus, max(1, gpus // (tp * pp)), int(optional_float(row.ep) or 1)
 
 
 def ask(row) -> pd.Series:
@@ -120,7 +122,7 @@ def ask(row) -> pd.Series:
                                 None if budget is None else int(budget),
                                 None if pool is None else int(pool), _cell(row.kv_policy),
                                 share)
-    tp, pp, _, replicas = _layout(row)
+    tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]
     if None in lengths:
@@ -135,9 +137,9 @@ def ask(row) -> pd.Series:
     limits = Limits(optional_float(row.limit_ttft_ms), optional_float(row.limit_tpot_ms),
                     statistic=_cell(row.limit_statistic) or "mean")
     cap = None if batch is None else int(batch)
-    mode, job, pins = "continuous", None, Pins((tp,), (pp,))
+    mode, job, pins = "continuous", None, Pins((tp,), (pp,), ep=(ep,))
     if str(row.batching) != "continuous":
-        mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (int(batch),))
+        mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (int(batch),), (ep,))
     elif requests is not None and limits.latency_bound:
         # The published rate is the submitter's answer to "the largest rate meeting
         # these limits" (MLPerf Server, Interactive): ask that question
@@ -149,7 +151,7 @@ def ask(row) -> pd.Series:
     elif rate is not None and math.isfinite(rate):
         pass
     elif clients is not None:
-        rate, pins = None, Pins((tp,), (pp,), (max(1, round(clients / replicas)),))
+        rate, pins = None, Pins((tp,), (pp,), (max(1, round(clients / replicas)),), (ep,))
     elif rate is not None:                                  # offline, no job size published
         rate = None
     else:
@@ -164,7 +166,8 @@ def ask(row) -> pd.Series:
         # to, --num-requests B --max-batch B (all sent at once, the engine preempts).
         batch = int(pins.batch[0])
         result = search(model, workload, cluster, "throughput", limits, max_batch=batch,
-                        engine=engine, pins=Pins((tp,), (pp,)), job=Job(batch, None, None))
+                        engine=engine, pins=Pins((tp,), (pp,), ep=(ep,)),
+                        job=Job(batch, None, None))
     return result.table.iloc[0]
 
 
@@ -212,7 +215,7 @@ def validate_points(points: pd.DataFrame, path: Path) -> ValidationResult:
 
 
 def _scored(row, pred) -> dict:
-    tp, pp, gpus, _ = _layout(row)
+    tp, pp, gpus, _, _ = _layout(row)
     tokens = optional_float(row.throughput_tokens_per_s)
     samples = optional_float(row.throughput_samples_per_s)
     if tokens is None and samples is not None:

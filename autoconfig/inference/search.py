@@ -25,6 +25,7 @@ Plans that do not fit in memory, or miss a latency or throughput limit, are
 pruned and counted by reason. Pure: no printing, no files.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -87,9 +88,10 @@ class Pins:
     pp: tuple[int, ...] = ()
     batch: tuple[int, ...] = ()
     """Static batch sizes, or concurrencies in continuous mode."""
+    ep: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "batch"):
+        for name in ("tp", "pp", "batch", "ep"):
             for value in getattr(self, name):
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                         or not 1 <= value <= MAX_COUNT:
@@ -192,6 +194,12 @@ def _check_pins(model: ModelSpec, cluster: Cluster, pins: Pins, engine: Engine) 
         if tp > cluster.nvlink_domain_gpus and not engine.tensor_parallel_across_nodes:
             raise InputError(f"invalid --tp {tp}: engine {engine.name} keeps TP inside one "
                              f"NVLink domain ({cluster.nvlink_domain_gpus} GPUs)")
+    for ep in pins.ep:
+        if ep > 1 and not model.is_moe:
+            raise InputError(f"invalid --ep {ep}: {model.name} has no experts; use --ep 1")
+        if ep > 1 and (model.num_experts % ep or gpus % ep):
+            raise InputError(f"invalid --ep {ep}: must divide the {model.num_experts} experts "
+                             f"of {model.name} and the cluster's {gpus} GPUs")
     for pp in pins.pp:
         if model.num_layers % pp:
             raise InputError(f"invalid --pp {pp}: must divide the {model.num_layers} layers "
@@ -219,7 +227,8 @@ def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int | None,
         for p in pps:
             if t * p > gpus:
                 continue
-            for e in ep_choices(model, t, gpus // (t * p)):
+            choices = ep_choices(model, t, gpus // (t * p))
+            for e in [e for e in choices if e in pins.ep] if pins.ep else choices:
                 plans += [InferencePlan(t, p, b, gpus // (t * p), e) for b in batches]
     if not plans:
         raise InfeasibleError(f"no layout of {model.name} fits {gpus} GPUs: TP must divide "
@@ -339,7 +348,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                          "--max-ttft-ms, --max-tpot-ms or --max-latency-ms")
     check_precision(cluster.gpu, workload.precision)
     if job is not None:
-        pins = Pins(pins.tp, pins.pp, (largest_batch(max_batch, mode, engine),))
+        pins = dataclasses.replace(pins, batch=(largest_batch(max_batch, mode, engine),))
     plans = candidate_table(model, cluster, max_batch, engine, mode, pins)
     table = predict(model, workload, plans, cluster, constants, engine, mode)
     if job is not None:
