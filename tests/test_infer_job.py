@@ -205,9 +205,9 @@ def test_exact_timing_never_starts_a_request_before_it_was_sent() -> None:
     captured = {}
     real = jobs.timing
 
-    def spy(plan, step_s, outputs):
+    def spy(plan, step_s, outputs, steady=False):
         captured["plan"], captured["step_s"] = plan, step_s
-        return real(plan, step_s, outputs)
+        return real(plan, step_s, outputs, steady)
     jobs.timing = spy
     try:
         _rate_job(16.0)

@@ -5,6 +5,8 @@ rate it tries, the CLI, and the published MLPerf Server points asked that way.""
 import json
 import math
 
+import numpy as np
+
 import pytest
 
 from autoconfig.core.catalog import get_gpu, get_model
@@ -54,10 +56,12 @@ def test_bisection_says_when_every_rate_or_none_meets() -> None:
         largest_rate(lambda r: True, 0.0)
 
 
-def _at_rate(rate: float):
+def _at_rate(rate: float, steady: bool = True):
+    """The job sent at ``rate``, its latencies over its steady part as the search
+    takes them (``steady``) or over all its requests."""
     plan = InferencePlanTable.from_plans([InferencePlan(1, 1, 256, 1)])
     return run(MODEL, WORKLOAD, plan, CLUSTER, load_constants(), VLLM,
-               Job(REQUESTS, None, rate)).iloc[0]
+               Job(REQUESTS, None, rate, steady=steady)).iloc[0]
 
 
 def test_the_rate_found_meets_the_p99_limits_and_a_higher_one_breaks_them() -> None:
@@ -127,3 +131,29 @@ def test_published_server_points_are_asked_for_their_rate_not_at_it() -> None:
     moved = ask(row._replace(request_rate_per_s=row.request_rate_per_s * 3))
     assert moved.request_rate_per_s == pred.request_rate_per_s
     assert moved.tokens_per_s_per_gpu == pred.tokens_per_s_per_gpu
+
+
+def test_the_search_reads_latencies_where_the_server_is_full() -> None:
+    """A server that starts empty runs its first requests at low concurrency and its
+    last ones draining; a long-running one (MLPerf Server) almost never does. The
+    searched job's latencies are those of the requests that arrive in between
+    (``jobs.steady_requests``): at a loaded rate their TPOT is above the whole
+    job's, whose mean the empty start and end pull down."""
+    limits = Limits(max_ttft_ms=400.0, max_tpot_ms=25.0, statistic="p99")
+    row = search(MODEL, WORKLOAD, CLUSTER, limits=limits, engine=VLLM, max_batch=256,
+                 job=Job(REQUESTS, rate_search=True)).table.iloc[0]
+    rate = float(row.request_rate_per_s)
+    steady, whole = _at_rate(rate), _at_rate(rate, steady=False)
+    assert row.tpot_ms == pytest.approx(steady.tpot_ms)
+    assert steady.tpot_ms > whole.tpot_ms
+    assert steady.tokens_per_s_per_replica == pytest.approx(whole.tokens_per_s_per_replica)
+
+
+def test_the_steady_window_skips_one_median_latency_at_each_end() -> None:
+    from autoconfig.inference.job import MIN_STEADY_REQUESTS, steady_requests
+    sent = np.arange(1000, dtype=float)               # one a second
+    latency = np.full(1000, 50.0)
+    keep = steady_requests(sent, latency)
+    assert (keep.sum(), sent[keep].min(), sent[keep].max()) == (900, 50.0, 949.0)
+    short = np.arange(MIN_STEADY_REQUESTS, dtype=float)
+    assert steady_requests(short, np.full(len(short), 40.0)).all()   # too short: all

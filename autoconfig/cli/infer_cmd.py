@@ -132,7 +132,9 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="Continuous batching: requests/s the whole cluster must serve; each layout "
                    "at the concurrency that rate brings (Little's law). With --num-requests: "
                    "the job's arrival rate; max: the largest rate at which the job meets the "
-                   "latency limits (MLPerf Server's question), searched per layout.")
+                   "latency limits (MLPerf Server's question), searched per layout, its "
+                   "latencies over the requests that arrive once the server has filled and "
+                   "before it drains, as a long-running server sees them.")
 @click.option("--limit-statistic", type=click.Choice(STATISTICS), default="mean",
               show_default=True,
               help="What --max-ttft-ms/--max-tpot-ms/--max-latency-ms bound: the mean over "

@@ -58,6 +58,10 @@ class Job:
     rate_search: bool = False
     """Sent at the largest Poisson rate at which the job meets the search's latency
     limits (``infer --request-rate max``; ``autoconfig.inference.rate_search``)."""
+    steady: bool = False
+    """Latencies over the requests that arrive once the server has filled and
+    before it drains (``steady_requests``): a long-running server's view, which
+    ``--request-rate max`` asks for, where a job's own start and end are not."""
 
     def __post_init__(self) -> None:
         for name, flag in (("requests", "--num-requests"), ("clients", "--concurrency")):
@@ -80,7 +84,7 @@ class Job:
         """The share of one of ``replicas`` replicas (requests and rate spread evenly)."""
         clients = None if self.clients is None else max(1, round(self.clients / replicas))
         rate = None if self.rate_per_s is None else self.rate_per_s / replicas
-        return Job(max(1, round(self.requests / replicas)), clients, rate)
+        return Job(max(1, round(self.requests / replicas)), clients, rate, steady=self.steady)
 
 
 @dataclass(frozen=True)
@@ -395,8 +399,31 @@ class JobTiming:
     two tokens of a request)."""
 
 
-def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming:
-    """Times of a schedule whose segments each take ``steps * step_s`` seconds."""
+MIN_STEADY_REQUESTS = 100
+"""Fewest requests the steady window must hold for its statistics to stand; a
+shorter job keeps them over all its requests."""
+
+
+def steady_requests(sent: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """Which requests arrived in the steady part of a job sent at a rate: at least
+    one median latency after the first arrival and before the last. A server
+    that starts empty holds its steady population only after about one request
+    lifetime (Little's law, L = rate x W, fills in W), and the last W of
+    arrivals meet a server that empties behind them; a long-running server (an
+    MLPerf Server run lasts 10 to 40 minutes) spends nearly all its time in
+    between. All requests where the window holds fewer than
+    ``MIN_STEADY_REQUESTS``."""
+    fill = float(np.median(latency))
+    keep = (sent >= sent.min() + fill) & (sent <= sent.max() - fill)
+    return keep if keep.sum() >= MIN_STEADY_REQUESTS else np.ones_like(keep)
+
+
+def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray,
+           steady: bool = False) -> JobTiming:
+    """Times of a schedule whose segments each take ``steps * step_s`` seconds;
+    ``steady``: means and percentiles over the requests that arrived in the
+    job's steady part (``steady_requests``); duration, tokens and the pooled
+    inter-token gaps over all."""
     durations = plan.steps * step_s
     if plan.sent_at_s is not None:
         ends = segment_ends(durations, plan.not_before_s)
@@ -406,8 +433,12 @@ def timing(plan: Schedule, step_s: np.ndarray, outputs: np.ndarray) -> JobTiming
         sent = np.where(plan.sent_after >= 0, ends[np.maximum(plan.sent_after, 0)], 0.0)
     first = ends[plan.first_token]
     last = ends[plan.finished]
-    many = outputs > 1
-    tpot = (last[many] - first[many]) / (outputs[many] - 1) if many.any() else np.zeros(1)
+    counted = outputs
+    if steady and plan.sent_at_s is not None:
+        keep = steady_requests(sent, last - sent)
+        first, last, sent, counted = first[keep], last[keep], sent[keep], outputs[keep]
+    many = counted > 1
+    tpot = (last[many] - first[many]) / (counted[many] - 1) if many.any() else np.zeros(1)
     per_request = {"ttft": first - sent, "tpot": tpot, "latency": last - sent}
     percentiles = {f"{name}_p{q}": float(np.percentile(values, q))
                    for name, values in per_request.items() for q in PERCENTILES}
@@ -458,7 +489,7 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                         engine.mixed_prefill, engine.prefill_samples_first_token)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
-        t = timing(plan, step_s, outputs)
+        t = timing(plan, step_s, outputs, share.steady)
         rows.append({"ttft_ms": t.ttft_s * 1e3, "tpot_ms": t.tpot_s * 1e3,
                      "latency_ms": t.latency_s * 1e3,
                      **{f"{k}_ms": v * 1e3 for k, v in t.percentiles_s.items()},

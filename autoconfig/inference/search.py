@@ -472,7 +472,8 @@ def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, jo
 
         def at(rate: float) -> pd.Series:
             if rate not in runs:
-                sent = Job(job.requests, None, None if math.isinf(rate) else rate)
+                sent = Job(job.requests, None, None if math.isinf(rate) else rate,
+                           steady=True)
                 runs[rate] = jobs.run(model, workload, one, cluster, constants, engine,
                                       sent).iloc[0]
             return runs[rate]
