@@ -219,7 +219,8 @@ def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: Inf
     cannot allocate it and does not start)."""
     fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
     context_bytes = runtime_context_bytes(plans)
-    rest = _loaded_bytes(model, workload, plans, activation_tokens)
+    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
+    rest = fixed.weights_bytes + fixed.activation_bytes
     per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
     if pool_tokens is None:
         room = (usable_bytes(gpu) - context_bytes) / fragmentation - rest
@@ -227,12 +228,6 @@ def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: Inf
     pool = np.broadcast_to(np.asarray(pool_tokens, dtype=float), per_token.shape)
     room = usable_bytes(gpu) - context_bytes - fragmentation * rest
     return np.where((pool > 0) & (room >= pool * per_token), pool, 0.0)
-
-
-def _loaded_bytes(model, workload, plans, activation_tokens) -> np.ndarray:
-    """Weights and activations of each plan's GPU (no KV cache, no overheads)."""
-    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
-    return fixed.weights_bytes + fixed.activation_bytes
 
 
 def pool_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,

@@ -91,11 +91,11 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if not e.prefill_samples_first_token:
         what += ("; a prompt's first token comes from the decode step after its prefill "
                  "(the prefill stops one token short)")
-    if e.continuous and e.max_batched_tokens != get_engine(e.name).max_batched_tokens:
+    default = get_engine(e.name)
+    if e.continuous and e.max_batched_tokens != default.max_batched_tokens:
         what += f"; {e.max_batched_tokens} tokens a step at most"
     if e.kv_cache_tokens is not None:
         what += f"; a KV pool of {e.kv_cache_tokens} tokens per replica"
-    default = get_engine(e.name)
     if e.kv_pool is not None and e.kv_cache_tokens is None and e.kv_pool != default.kv_pool:
         what += f"; a KV memory share of {e.kv_pool.share:g}"
     if e.continuous and e.chunked_prefill != default.chunked_prefill:
