@@ -174,8 +174,40 @@ def other_card_report(folder: Path) -> None:
           f"median {bf16.median():.3f} of the {gpu.peak_bf16_tflops:g} TFLOP/s peak")
     fp8_recipe_report(folder)
     attention_report(gpu, constants, folder)
+    if (folder / "serving_gemm.csv").exists():
+        serving_gemm_report(gpu, constants, folder)
     if any(folder.glob("train_*_profile.csv")):
         worker_report(folder, card.removeprefix("NVIDIA "))
+
+
+def serving_gemm_report(gpu, constants, folder: Path) -> None:
+    """Served layers' weight GEMMs (``serving_gemm.csv``, CUDA-graph replayed) at
+    each serving height against two laws, each at its own best large-GEMM
+    efficiency: the shipped additive roofline (``gemm_time_s``) and the max()
+    roofline, max(FLOPs at that efficiency, operand bytes at the copy rate)."""
+    s = pd.read_csv(folder / "serving_gemm.csv")
+    s = s[s.m >= 16]
+    peak = gpu.peak_bf16_tflops * 1e12
+    copy = float(pd.read_csv(folder / "hbm.csv").gb_per_s.iloc[0]) * 1e9
+    ridge = peak / (gpu.hbm_bandwidth_gb_per_s * 1e9 / BF16_BYTES)
+    m, n, k = (s[c].to_numpy(float) for c in ("m", "n", "k"))
+    flops = 2.0 * m * n * k
+    print(f"served layers' GEMMs ({len(s)} shapes at M 16-8192, graph-replayed), MAPE of "
+          "each law at its best efficiency; median law/measured at M 128 / 512 / 1536:")
+    for dtype, speedup, element in (("bf16", None, BF16_BYTES), ("fp8", 2.0, 1)):
+        measured = s[f"{dtype}_ms"].to_numpy() / 1e3
+        additive = gemm_time_s(flops, m, n, k, peak, 1.0, ridge, constants.gemm_size_factor,
+                               speedup, element)
+        roofline = np.maximum(flops / peak / (speedup or 1.0),
+                              (element * (n * k + m * k) + BF16_BYTES * m * n) / copy)
+        for label, law in (("additive, size factor %.2g" % constants.gemm_size_factor,
+                            additive), ("max() roofline", roofline)):
+            efficiency = np.exp(np.mean(np.log(law / measured)))
+            ratio = law / efficiency / measured
+            heights = " / ".join(f"{np.median(ratio[m == h]):.2f}" for h in (128, 512, 1536))
+            print(f"  {dtype} {label}: efficiency {efficiency:.3f} of the "
+                  f"{'FP8' if speedup else 'bf16'} peak, MAPE "
+                  f"{100 * np.abs(ratio - 1.0).mean():.1f}%, {heights}")
 
 
 def hbm_report(gpu, constants) -> None:

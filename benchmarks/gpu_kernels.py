@@ -15,6 +15,12 @@ Writes one CSV per kernel family to --out and prints a short summary:
 - ``grouped_gemm.csv``: one rank's MoE expert GEMMs at published layouts
   (per-expert cuBLAS loop as a CUDA graph, bf16 and FP8; PyTorch's grouped
   GEMM; one GEMM of the same FLOPs);
+- ``serving_gemm.csv``: the weight GEMMs of served models' layers (Llama 2 70B
+  at TP 1-8, Llama 3.1 405B at TP 8, Llama 3 8B, whose MLP is a Mixtral expert's) at
+  every height a serving step runs (1 to 8K tokens), bf16 and FP8 (per-tensor
+  scales, fast accumulation, as TensorRT-LLM's FP8 checkpoints run), replayed
+  in CUDA graphs as the engines replay them, with the cast of the activations
+  to FP8 timed apart;
 - ``attention.csv``: fused attention (PyTorch SDPA, cuDNN and FlashAttention
   back ends), head dim 64/128, causal and not, 1K to 128K tokens, forward and
   backward timed apart; TFLOP/s count the FLOPs the kernel executes (causal
@@ -303,6 +309,56 @@ def fp8_recipe_rows(deadline: float) -> list[dict]:
     return rows
 
 
+SERVING_LAYERS = (  # (model, TP, hidden, heads, KV heads, FFN): config.json of each model
+    ("llama2-70b", 1, 8192, 64, 8, 28672), ("llama2-70b", 2, 8192, 64, 8, 28672),
+    ("llama2-70b", 4, 8192, 64, 8, 28672), ("llama2-70b", 8, 8192, 64, 8, 28672),
+    ("llama3.1-405b", 8, 16384, 128, 8, 53248), ("llama3-8b", 1, 4096, 32, 8, 14336))
+# A Mixtral 8x7B expert has Llama 3 8B's MLP shapes (h 4096, FFN 14336).
+SERVING_TOKENS = (1, 16, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192)
+
+
+def serving_shapes(h: int, heads: int, kv_heads: int, ffn: int, t: int):
+    """(name, N, K) of a Llama layer's weight GEMMs at TP t: fused QKV with
+    grouped KV heads, output projection, fused SwiGLU gate and up, down."""
+    d = h // heads
+    return [("qkv", (heads + 2 * kv_heads) * d // t, h), ("proj", h, h // t),
+            ("fc1", 2 * ffn // t, h), ("fc2", h, ffn // t)]
+
+
+def serving_gemm_rows(deadline: float) -> list[dict]:
+    """Each served layer's weight GEMMs at each serving height, bf16 and FP8
+    (per-tensor scales, fast accumulation), graph-replayed (``_graph_ms``), and
+    the activations' cast to FP8 (what an engine without a fused quantising
+    epilogue adds)."""
+    import torch
+
+    rows = []
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    for model, t, h, heads, kv_heads, ffn in SERVING_LAYERS:
+        for name, n, k in serving_shapes(h, heads, kv_heads, ffn, t):
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            w8 = w.to(torch.float8_e4m3fn)
+            for m in SERVING_TOKENS:
+                if time.monotonic() > deadline:
+                    return rows
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                x8 = x.to(torch.float8_e4m3fn)
+                bf16 = _graph_ms(lambda: x @ w.t())
+                fp8 = _graph_ms(lambda: torch._scaled_mm(x8, w8.t(), one, one,
+                                                         out_dtype=torch.bfloat16,
+                                                         use_fast_accum=True))
+                cast = _graph_ms(lambda: (x * 1.0).to(torch.float8_e4m3fn))
+                flops = 2.0 * m * n * k
+                rows.append({"model": model, "tp": t, "gemm": name, "m": m, "n": n, "k": k,
+                             "bf16_ms": round(bf16, 5), "fp8_ms": round(fp8, 5),
+                             "cast_ms": round(cast, 5),
+                             "bf16_tflops": round(flops / bf16 / 1e9, 1),
+                             "fp8_tflops": round(flops / fp8 / 1e9, 1)})
+                x = x8 = None
+            w = w8 = None
+    return rows
+
+
 MOE_EXPERTS = (  # (model, hidden, expert FFN, local experts at the published EP)
     ("qwen3-30b-a3b ep8", 2048, 768, 16), ("qwen3-30b-a3b ep16", 2048, 768, 8),
     ("qwen3-235b-a22b ep32", 4096, 1536, 4), ("deepseek-v3 ep32", 7168, 2048, 8),
@@ -465,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="hbm,attention,gemm,gemm_fp8",
                         help="comma-separated sections: hbm, attention, gemm, gemm_fp8, "
                              "fp8_recipes, grouped_gemm, graph_gemm, elementwise, "
-                             "ring_attention")
+                             "ring_attention, serving_gemm")
     args = parser.parse_args(argv)
     import torch
 
@@ -483,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
             ("attention", attention_rows, 0.3),
             ("gemm", gemm_rows, 0.4), ("gemm_fp8", fp8_rows, 0.25),
             ("graph_gemm", graph_gemm_rows, 0.6), ("elementwise", elementwise_rows, 0.3),
-            ("ring_attention", ring_attention_rows, 0.9))
+            ("ring_attention", ring_attention_rows, 0.9),
+            ("serving_gemm", serving_gemm_rows, 0.95))
     wanted = set(args.only.split(","))
     for name, fn, share in plan:
         if name not in wanted:

@@ -33,6 +33,9 @@
 #             whose host cost per kernel was fitted on the H100 infer stages)
 #   infer_llama   the same on llama3 8b (rotary, SwiGLU, GQA, no biases: the engine's
 #             per-feature operator counts, predicted before this ran)
+#   serving   benchmarks/gpu_kernels.py: served layers' weight GEMMs (Llama 2 70B TP 1-8,
+#             Llama 3.1 405B TP 8, Llama 3 8B) at 1-8K tokens, bf16
+#             and FP8, CUDA-graph replayed, into serving/ (2026-11-28, H200)
 #   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
 gpu=${AC_GPU:-h100}
@@ -92,6 +95,9 @@ for stage in "$@"; do
     moe)
         timeout 120 python3 benchmarks/gpu_kernels.py --out "$work/moe" --budget-s 90 \
             --only grouped_gemm ;;
+    serving)
+        timeout 260 python3 benchmarks/gpu_kernels.py --out "$work/serving" --budget-s 220 \
+            --only hbm,serving_gemm ;;
     infer)
         infer_profile 1.3b infer ;;
     infer2)
