@@ -249,6 +249,11 @@ def test_infer_validate_cli_prints_per_engine_figures(capsys, tmp_path) -> None:
     assert "fastertransformer  latency" in out and "tensorrt-llm       ttft" in out
     assert "order by throughput per GPU" in out and ": holds" in out
     assert "leave-one-source-out" in out
+    # the MLPerf Server row is asked at a searched rate: its load is printed, the others' not
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("I0", "J"))}
+    assert "load%" in out
+    assert lines["J021"].split()[-1].isdigit() and 50 <= int(lines["J021"].split()[-1]) <= 200
+    assert lines["J144"].split()[-1][0] in "+-"     # ends at its throughput error
 
 
 # ---------------------------------------------------------------- the CLI

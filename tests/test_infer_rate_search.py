@@ -2,6 +2,7 @@
 MLPerf Server's question): the bisection, the search that runs the job at each
 rate it tries, the CLI, and the published MLPerf Server points asked that way."""
 
+import dataclasses
 import json
 import math
 
@@ -16,7 +17,8 @@ from autoconfig.inference import engine as engines
 from autoconfig.inference.job import Job, run
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.inference.published import ask, default_points_path, load_points
-from autoconfig.inference.rate_search import RATE_TOLERANCE, largest_rate
+from autoconfig.inference.rate_search import RATE_TOLERANCE, STEEP_LOAD, largest_rate
+from autoconfig.inference.report import load_line, render
 from autoconfig.inference.search import Limits, search
 from autoconfig.training.step_time import load_constants
 from cli_runner import run_cli
@@ -81,6 +83,31 @@ def test_the_rate_found_meets_the_p99_limits_and_a_higher_one_breaks_them() -> N
     mean = search(MODEL, WORKLOAD, CLUSTER, limits=Limits(400.0, 25.0), engine=VLLM,
                   max_batch=256, job=Job(REQUESTS, rate_search=True))
     assert mean.table.iloc[0].request_rate_per_s > rate
+
+
+def test_the_rate_found_is_given_as_its_share_of_the_rate_completed_offline() -> None:
+    """load_fraction: the searched rate over the rate the same job completes sent
+    at once; below STEEP_LOAD the report adds no note, at or above it one, and
+    above 1 it says the job is too short for its queue to show."""
+    limits = Limits(max_ttft_ms=400.0, max_tpot_ms=25.0, statistic="p99")
+    result = search(MODEL, WORKLOAD, CLUSTER, limits=limits, engine=VLLM, max_batch=256,
+                    job=Job(REQUESTS, rate_search=True))
+    row = result.table.iloc[0]
+    offline = _at_rate(None)
+    assert row.load_fraction == pytest.approx(
+        row.request_rate_per_s / offline.requests_per_s_per_replica)
+    assert 0 < row.load_fraction < STEEP_LOAD
+    assert load_line(result) == "" and "load %" in render(result, 3)
+
+    def loaded(load: float):
+        table = result.table.copy()
+        table.loc[table.index[0], "load_fraction"] = load
+        return dataclasses.replace(result, table=table)
+    steep = load_line(loaded(0.95))
+    assert "95%" in steep and "5% error" in steep and "plan on the rate" in steep
+    assert steep in render(loaded(0.95), 3)
+    over = load_line(loaded(1.1))
+    assert "110%" in over and "keep queueing" in over and "--num-requests" in over
 
 
 def test_a_limit_no_rate_meets_is_infeasible_naming_the_best() -> None:

@@ -164,6 +164,13 @@ class Engine:
     """How the engine sizes its KV pool from memory when its user did not set it
     (``KvPoolRule``); None: what memory leaves once the weights and activations
     are placed, less the allocator's fragmentation."""
+    moe_kernels: tuple[int, int, float] = (0, 0, 1.0)
+    """(kernels an MoE layer launches beyond a dense one, kernels per local expert,
+    host cost of an expert's operators when no token reached it, as a fraction of
+    a launching operator's), where the engine runs the router, the dispatch and
+    each expert's MLP as operators of their own (eager, one expert after another:
+    an empty expert's operators dispatch on empty tensors and launch no kernel);
+    (0, 0, 1) where its fused MoE kernels are counted as the dense MLP's."""
 
     @property
     def continuous(self) -> bool:
@@ -174,9 +181,18 @@ class Engine:
         return self.kv_cache == "paged"
 
     def kernels_for(self, model) -> int:
-        """Kernels one decode step launches per layer of ``model``."""
+        """Kernels one decode step launches per (dense) layer of ``model``."""
         features = layer_features(model)
         return self.kernels_per_layer + sum(n for f, n in self.feature_kernels if f in features)
+
+    def moe_layer_kernels(self, model, local_experts, hit_fraction):
+        """Kernels one step launches per MoE layer of ``model`` with ``local_experts``
+        experts on each GPU of which ``hit_fraction`` received tokens (arrays
+        allowed), an empty expert's counted at its host-cost fraction."""
+        extra, per_expert, empty = self.moe_kernels
+        hit = np.asarray(hit_fraction)
+        return self.kernels_for(model) + extra + per_expert * np.asarray(local_experts) * (
+            hit + (1.0 - hit) * empty)
 
     @property
     def decode_step_overhead_s(self) -> float:
@@ -324,6 +340,8 @@ def _load(path_text: str) -> Engine:
         if "attention_score_bytes" in data else 0.0,
         kv_pool=_kv_pool(_value(data, "kv_pool_memory", path, src, (dict,)), path)
         if "kv_pool_memory" in data else None,
+        moe_kernels=_moe_kernels(_value(data, "moe_kernels_per_layer", path, src, (dict,)),
+                                 path) if "moe_kernels_per_layer" in data else (0, 0),
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -332,6 +350,20 @@ def _load(path_text: str) -> Engine:
     if engine.decode_steps < 1 or (engine.decode_steps > 1 and not engine.decode_steps_option):
         raise CatalogError(f"{path}: decode_steps must be 1, or more with a decode_steps_option")
     return engine
+
+
+def _moe_kernels(raw: dict, path: Path) -> tuple[int, int, float]:
+    """The ``moe_kernels_per_layer`` mapping: ``extra`` and ``per_local_expert``,
+    non-negative integers, and ``empty_expert_fraction`` in [0, 1]."""
+    counts = tuple(raw.get(k) for k in ("extra", "per_local_expert"))
+    empty = raw.get("empty_expert_fraction")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in counts) \
+            or isinstance(empty, bool) or not isinstance(empty, (int, float)) \
+            or not 0 <= empty <= 1:
+        raise CatalogError(f"{path}: field 'moe_kernels_per_layer' needs non-negative integer "
+                           "counts 'extra' and 'per_local_expert' and an "
+                           "'empty_expert_fraction' in [0, 1]")
+    return (*counts, float(empty))
 
 
 def _kv_pool(data: dict, path: Path) -> KvPoolRule:

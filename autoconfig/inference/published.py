@@ -228,6 +228,7 @@ def _scored(row, pred) -> dict:
               "predicted_batch": int(pred.batch),
               "published_samples_per_s": samples,
               "predicted_samples_per_s": float(pred.requests_per_s_total),
+              "predicted_load": float(pred.get("load_fraction", math.nan)),
               "published_tokens_per_s_per_gpu": None if tokens is None else tokens / gpus}
     for name, published, predicted in METRICS:
         measured = optional_float(getattr(row, published, None)) if name != "throughput" \
@@ -307,11 +308,12 @@ def point_rows(t: pd.DataFrame) -> str:
              cell(r.published_ttft, ".4g"), cell(r.ttft_error_pct, "+.0f"),
              cell(r.published_tpot, ".4g"), cell(r.tpot_error_pct, "+.0f"),
              cell(r.published_latency, ".5g"), cell(r.latency_error_pct, "+.0f"),
-             cell(r.published_throughput, ".4g"), cell(r.throughput_error_pct, "+.0f"))
+             cell(r.published_throughput, ".4g"), cell(r.throughput_error_pct, "+.0f"),
+             cell(100 * r.predicted_load, ".0f"))
             for r in t.itertuples(index=False)]
     return tabulate(rows, headers=("point", "engine", "model", "GPU", "TP", "PP", "batch",
                                    "TTFT ms", "err%", "TPOT ms", "err%", "latency ms", "err%",
-                                   "tok/s/GPU", "err%"))
+                                   "tok/s/GPU", "err%", "load%"))
 
 
 def format_report(result: ValidationResult) -> str:

@@ -7,6 +7,7 @@ fails never blocks the text files: it is reported as skipped.
 """
 
 import json
+import math
 from pathlib import Path
 
 from tabulate import tabulate
@@ -14,6 +15,7 @@ from tabulate import tabulate
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import active_params, total_params
 from autoconfig.inference.engine import get_engine
+from autoconfig.inference.rate_search import STEEP_LOAD
 from autoconfig.inference.search import InferenceSearchResult
 from autoconfig.units import format_count
 
@@ -40,7 +42,7 @@ def top_headers(result: InferenceSearchResult) -> tuple[str, ...]:
     if result.job is None:
         return headers
     return headers + ("job s", "TTFT p99 ms", "TPOT p99 ms") \
-        + (("rate/s",) if result.job.rate_search else ())
+        + (("rate/s", "load %") if result.job.rate_search else ())
 
 
 def _pool(r) -> str:
@@ -62,7 +64,8 @@ def top_rows(result: InferenceSearchResult, n: int) -> list[tuple]:
              *((_pool(r),) if split else ()),
              *((f"{r.job_duration_s:.4g}", f"{r.ttft_p99_ms:.4g}", f"{r.tpot_p99_ms:.4g}")
                if result.job is not None else ()),
-             *((f"{r.request_rate_per_s:.4g}",) if _searched(result) else ()))
+             *((f"{r.request_rate_per_s:.4g}", _percent(r.load_fraction))
+               if _searched(result) else ()))
             for i, r in enumerate(result.table.head(n).itertuples(index=False))]
 
 
@@ -109,6 +112,32 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
+def _percent(fraction: float) -> str:
+    return "-" if math.isnan(fraction) else f"{100 * fraction:.0f}"
+
+
+def load_line(result: InferenceSearchResult) -> str:
+    """A warning when the best layout's searched rate is at ``STEEP_LOAD`` of the
+    rate it completes with the job sent at once, or above it
+    (``autoconfig.inference.rate_search``), else ''."""
+    if not _searched(result) or result.table.empty:
+        return ""
+    best = result.table.iloc[0]
+    load = float(best.load_fraction)
+    if math.isnan(load) or load < STEEP_LOAD:
+        return ""
+    if load >= 1.0:
+        return (f"note: the best layout's rate, {best.request_rate_per_s:.4g}/s, is "
+                f"{100 * load:.0f}% of what it completes with the job sent at once: over "
+                f"{result.job.requests} requests its queue stays within the limits, but a "
+                "longer run at this rate would keep queueing; for a server that runs for "
+                "minutes, give --num-requests as the rate times the run's seconds")
+    return (f"note: the best layout's rate is {100 * load:.0f}% of what it completes with "
+            f"the job sent at once; this near full load a {100 * (1 - load):.0f}% error in "
+            "the rate or in the step cost moves TTFT and TPOT by about their whole value: "
+            "plan on the rate, not on the latencies")
+
+
 def _searched(result: InferenceSearchResult) -> bool:
     return result.job is not None and result.job.rate_search
 
@@ -146,9 +175,10 @@ def rejection_lines(result: InferenceSearchResult) -> list[str]:
 
 
 def render(result: InferenceSearchResult, top: int) -> str:
+    warning = load_line(result)
     return "\n".join([headline(result), "",
                       tabulate(top_rows(result, top), headers=top_headers(result)), ""]
-                     + rejection_lines(result))
+                     + ([warning, ""] if warning else []) + rejection_lines(result))
 
 
 def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
@@ -194,6 +224,7 @@ def markdown(result: InferenceSearchResult, top: int) -> str:
         f"# Inference search: {result.model.name}", "", headline(result), "",
         "## Top layouts", "",
         tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",
+        *([load_line(result), ""] if load_line(result) else []),
         "## Pareto front (latency vs output tokens/s per GPU)", "",
         tabulate(front_rows, headers=("TP", "PP", "batch", "replicas", "latency ms",
                                       "tok/s/GPU"), tablefmt="github"), "",

@@ -443,6 +443,7 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
     table["job_duration_s"] = runs["duration_s"].to_numpy()
     if job.rate_search:
         table["request_rate_per_s"] = runs["request_rate_per_s"].to_numpy()
+        table["load_fraction"] = runs["load_fraction"].to_numpy()
     forward = jobs.activation_tokens(engine, workload, len(plans))
     pool = pool_tokens(model, workload, plans, forward, cluster.gpu, engine)
     held = _pool_held(pool, plans, runs["peak_kv_tokens"].to_numpy() / plans.batch)
@@ -456,11 +457,13 @@ def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, jo
                          limits: Limits) -> pd.DataFrame:
     """Each plan's run of ``job`` at the largest Poisson rate (whole cluster) whose
     latencies meet ``limits`` (``autoconfig.inference.rate_search``), with that
-    rate in ``request_rate_per_s`` (inf: the job sent at once meets them); a plan
-    that meets them at no rate keeps its run at the lowest rate tried, which the
-    limit checks then prune. A plan whose KV cache cannot hold the job's largest
-    request (its run's ``fits``) is pruned anyway: it keeps its offline run,
-    unsearched (rate NaN)."""
+    rate in ``request_rate_per_s`` (inf: the job sent at once meets them) and its
+    share of the rate the plan completes offline in ``load_fraction`` (module
+    doc of ``autoconfig.inference.report``: how near the saturation cliff the
+    answer sits); a plan that meets them at no rate keeps its run at the lowest
+    rate tried, which the limit checks then prune. A plan whose KV cache cannot
+    hold the job's largest request (its run's ``fits``) is pruned anyway: it
+    keeps its offline run, unsearched (rate NaN)."""
     from autoconfig.inference import job as jobs
     from autoconfig.inference.rate_search import largest_rate
 
@@ -479,12 +482,14 @@ def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, jo
             return runs[rate]
         offline = at(math.inf)
         if not offline["fits"]:
-            rows.append({**offline.to_dict(), "request_rate_per_s": math.nan})
+            rows.append({**offline.to_dict(), "request_rate_per_s": math.nan,
+                         "load_fraction": math.nan})
             continue
-        rate = largest_rate(lambda r: all(at(r)[c] <= b for c, b in checks),
-                            float(offline["requests_per_s_per_replica"] * one.replicas[0]))
+        capacity = float(offline["requests_per_s_per_replica"] * one.replicas[0])
+        rate = largest_rate(lambda r: all(at(r)[c] <= b for c, b in checks), capacity)
         rate = min(runs) if rate is None else rate
-        rows.append({**at(rate).to_dict(), "request_rate_per_s": rate})
+        rows.append({**at(rate).to_dict(), "request_rate_per_s": rate,
+                     "load_fraction": rate / capacity if math.isfinite(rate) else math.nan})
     return pd.DataFrame(rows)
 
 

@@ -22,6 +22,13 @@ time.
 prints one JSON line: {"per_layer": .., "per_step": .., "per_layer_views": ..,
 "per_step_views": .., "syncs_per_layer": ..}. The counts do not depend on the
 width, so the model is built narrow (fast on any CPU).
+
+An MoE model's counts are those of its MoE layers, with two more entries:
+"per_local_expert" and "moe_fixed". The worker runs the experts of a layer one
+after another (megatron-core's SequentialMLP: every local expert's MLP is called,
+whether or not a token reached it), so an MoE layer dispatches a fixed number of
+operators (attention, router, dispatcher) plus a number per local expert. Both
+are found by counting the same layer with two numbers of experts.
 """
 
 from __future__ import annotations
@@ -44,14 +51,27 @@ NARROW = {"hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256, "vocab_size
 """The width the counting model is built with (operator counts do not depend on it)."""
 
 
-def _narrow(model):
-    """``model`` at the NARROW width, grouped-query attention kept where it has it."""
+COUNTED_EXPERTS = (4, 8)
+"""Experts of the two MoE layers counted (top-k at most the fewer of them)."""
+
+
+def _narrow(model, experts: int | None = None):
+    """``model`` at the NARROW width, grouped-query attention kept where it has it;
+    an MoE model with ``experts`` experts, every layer an MoE layer."""
     heads = NARROW["num_heads"]
+    moe = {}
+    if model.is_moe:
+        experts = experts or COUNTED_EXPERTS[0]
+        moe = dict(num_experts=experts, moe_topk=min(model.moe_topk, COUNTED_EXPERTS[0]),
+                   moe_ffn_hidden_size=NARROW["ffn_hidden_size"], moe_first_dense_layers=0,
+                   moe_shared_expert_ffn_hidden_size=(
+                       NARROW["ffn_hidden_size"] if model.moe_shared_expert_ffn_hidden_size
+                       else 0))
     return dataclasses.replace(
         model, hidden_size=NARROW["hidden_size"], num_heads=heads,
         num_kv_heads=heads if model.num_kv_heads == model.num_heads else heads // 2,
         ffn_hidden_size=NARROW["ffn_hidden_size"], vocab_size=NARROW["vocab_size"],
-        hidden_dropout=0.0, attention_dropout=0.0)
+        hidden_dropout=0.0, attention_dropout=0.0, **moe)
 
 
 def _decode_step_ops(model, layers: int, input_len: int, batch: int) -> collections.Counter:
@@ -104,18 +124,26 @@ def step_ops(model, input_len: int = 8, batch: int = 2) -> dict[str, float]:
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo", rank=0, world_size=1,
                                              init_method=f"tcp://127.0.0.1:{_free_port()}")
-    narrow = _narrow(model)
-    with cpu_bridge():
-        one, two = (_decode_step_ops(narrow, n, input_len, batch) for n in (1, 2))
-
     def split(ops: collections.Counter) -> tuple[int, int]:
         views = sum(v for k, v in ops.items() if k in VIEW_OPS)
         return sum(ops.values()) - views, views
-    (k1, v1), (k2, v2) = split(one), split(two)
-    layer = two - one
-    return {"per_layer": k2 - k1, "per_step": k1 - (k2 - k1),
-            "per_layer_views": v2 - v1, "per_step_views": v1 - (v2 - v1),
-            "syncs_per_layer": sum(v for k, v in layer.items() if k in SYNC_OPS)}
+
+    def counted(narrow) -> dict[str, int]:
+        with cpu_bridge():
+            one, two = (_decode_step_ops(narrow, n, input_len, batch) for n in (1, 2))
+        (k1, v1), (k2, v2) = split(one), split(two)
+        layer = two - one
+        return {"per_layer": k2 - k1, "per_step": k1 - (k2 - k1),
+                "per_layer_views": v2 - v1, "per_step_views": v1 - (v2 - v1),
+                "syncs_per_layer": sum(v for k, v in layer.items() if k in SYNC_OPS)}
+    counts = counted(_narrow(model))
+    if model.is_moe:
+        few, many = COUNTED_EXPERTS
+        more = counted(_narrow(model, many))
+        per_expert = (more["per_layer"] - counts["per_layer"]) / (many - few)
+        counts.update(per_local_expert=per_expert,
+                      moe_fixed=counts["per_layer"] - per_expert * few)
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         model = get_model(args.model, args.size)
+        print(json.dumps(step_ops(model)))
     except AutoconfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(step_ops(model)))
     return 0
 
 

@@ -36,6 +36,12 @@
 #   serving   benchmarks/gpu_kernels.py: served layers' weight GEMMs (Llama 2 70B TP 1-8,
 #             Llama 3.1 405B TP 8, Llama 3 8B) at 1-8K tokens, bf16
 #             and FP8, CUDA-graph replayed, into serving/ (2026-11-28, H200)
+#   infer_moe the same on two MoE models, qwen3 30b-a3b (128 experts) and mixtral 8x7b
+#             (8), 128 input and 8 output tokens at batch 1 and 16: the worker's
+#             SequentialMLP calls every local expert (2026-11-28, H200)
+#   infer_moe2 checks of the empty-expert host cost fitted on infer_moe's Qwen3 batch-1
+#             TPOT, predicted before they ran: qwen3 30b-a3b at batch 4 and 64, and
+#             tiny-moe (4 layers, 8 experts) at batch 1 and 16 (2026-11-28, H200)
 #   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
 gpu=${AC_GPU:-h100}
@@ -55,8 +61,8 @@ python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.versio
 infer_profile() {  # size, folder[, engine, batches, model]
     (cd "$work" && timeout 150 python3 -m autoconfig infer --model "${5:-gpt3}" --size "$1" \
         --gpu "$gpu" \
-        --gpus 1 --gpus-per-node 1 --engine "${3:-megatron-core}" --input-len 512 \
-        --output-len 64 --batch "${4:-1,8,32}" --profile --device cuda --top-k 4 \
+        --gpus 1 --gpus-per-node 1 --engine "${3:-megatron-core}" --input-len "${AC_IN:-512}" \
+        --output-len "${AC_OUT:-64}" --batch "${4:-1,8,32}" --profile --device cuda --top-k 4 \
         --max-minutes 2 --no-plots -o "$2")
     echo "inference $1 rc $?"
 }
@@ -109,6 +115,16 @@ for stage in "$@"; do
         done ;;
     infer_llama)
         infer_profile 8b infer-static-llama3-8b megatron-core-static 1,8,32,128 llama3 ;;
+    infer_moe)
+        AC_IN=128 AC_OUT=8 infer_profile 30b-a3b infer-static-qwen3-30b-a3b \
+            megatron-core-static 1,16 qwen3
+        AC_IN=128 AC_OUT=8 infer_profile 8x7b infer-static-mixtral-8x7b \
+            megatron-core-static 1,16 mixtral ;;
+    infer_moe2)
+        AC_IN=128 AC_OUT=8 infer_profile 30b-a3b infer-static-qwen3-30b-a3b-b4-64 \
+            megatron-core-static 4,64 qwen3
+        AC_IN=128 AC_OUT=8 infer_profile tiny infer-static-tiny-moe \
+            megatron-core-static 1,16 tiny-moe ;;
     *)
         echo "unknown stage $stage" ;;
     esac
