@@ -9,11 +9,12 @@ operator), is the value of least TPOT MAPE on the H100 runs
 ``infer_static`` stage (``benchmarks/gpu/h200/infer_static_gpt3-*_profile.csv``,
 batch 1 to 128) are the check, and the ``infer_llama`` stage's Llama 3 8B runs
 (``h200/infer_static_llama3-8b_profile.csv``) check the per-feature operator
-counts. The ``infer_moe`` stage's MoE runs (``h200/infer_static_{qwen3,mixtral}-*``,
-128 input and 8 output tokens) fit the host cost of an expert no token reached
-(``moe_kernels_per_layer.empty_expert_fraction``) on one point, Qwen3-30B-A3B's
-TPOT at batch 1 (8 of its 128 experts reached, the rest empty), and check it on
-the other seven. Every other number of the engine is counted or
+counts. The MoE runs of the ``infer_moe`` and ``infer_moe2`` stages
+(``h200/infer_static_{qwen3,mixtral,tiny}-*``, 128 input and 8 output tokens) fit
+the host time of an expert's operator as a share of a dense layer's
+(``moe_kernels_per_layer.expert_op_host_fraction``) on one point, Qwen3-30B-A3B's
+TPOT at batch 1 (its 128 experts' loop is most of the step), and check it on the
+other points. Every other number of the engine is counted or
 derived (its file says how). Prints the fitted values beside the file's, and the
 TTFT and TPOT errors of each set with the file's values; nothing is written.
 
@@ -40,24 +41,25 @@ LLAMA = ("h200", sorted((GPU_DIR / "h200").glob("infer_static_llama3-*_profile.c
 """Llama 3 8B (rotary, SwiGLU, GQA, no biases): predicted from the per-feature
 operator counts before it was measured."""
 MOE = ("h200", sorted((GPU_DIR / "h200").glob("infer_static_qwen3-*_profile.csv"))
-       + sorted((GPU_DIR / "h200").glob("infer_static_mixtral-*_profile.csv")))
+       + sorted((GPU_DIR / "h200").glob("infer_static_mixtral-*_profile.csv"))
+       + sorted((GPU_DIR / "h200").glob("infer_static_tiny-moe_profile.csv")))
 WORKLOAD = InferenceWorkload(512, 64, "bf16")
 """The infer stages' request shape (benchmarks/gpu/run_device.sh)."""
 MOE_WORKLOAD = InferenceWorkload(128, 8, "bf16")
 """The infer_moe stage's request shape."""
 SCAN_S = np.arange(20e-6, 80e-6, 0.5e-6)
-SCAN_EMPTY = np.arange(0.0, 1.0001, 0.01)
+SCAN_SHARE = np.arange(0.05, 1.0001, 0.01)
 
 
 def measured(files) -> pd.DataFrame:
     return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
 
 
-def predicted(gpu: str, points: pd.DataFrame, launch_s: float, empty: float | None = None,
+def predicted(gpu: str, points: pd.DataFrame, launch_s: float, share: float | None = None,
               workload: InferenceWorkload = WORKLOAD) -> pd.DataFrame:
     engine = dataclasses.replace(engines.get_engine(ENGINE), kernel_launch_s=launch_s)
-    if empty is not None:
-        engine = dataclasses.replace(engine, moe_kernels=(*engine.moe_kernels[:2], empty))
+    if share is not None:
+        engine = dataclasses.replace(engine, moe_kernels=(*engine.moe_kernels[:2], share))
     rows = []
     for p in points.itertuples(index=False):
         model = get_model(p.run_model)
@@ -98,23 +100,24 @@ def main() -> None:
 
 
 def moe_report(launch_s: float) -> None:
-    """The empty-expert host fraction fitted on Qwen3-30B-A3B's TPOT at batch 1,
-    the eight MoE points with the file's value."""
+    """The expert operators' host share fitted on Qwen3-30B-A3B's TPOT at batch 1,
+    then every MoE point with the file's value."""
     gpu, files = MOE
     points = measured(files)
     anchor = points[(points.run_model == "qwen3-30b-a3b") & (points.run_batch == 1)]
-    best = min(SCAN_EMPTY, key=lambda e: mape(
+    best = min(SCAN_SHARE, key=lambda e: mape(
         predicted(gpu, anchor, launch_s, e, MOE_WORKLOAD), "tpot"))
     current = engines.get_engine(ENGINE).moe_kernels[2]
-    print(f"\nempty_expert_fraction fitted on Qwen3-30B-A3B's batch-1 TPOT: {best:.2f} "
+    print(f"\nexpert_op_host_fraction fitted on Qwen3-30B-A3B's batch-1 TPOT: {best:.2f} "
           f"(engine file: {current:.2f})")
-    table = predicted(gpu, points, launch_s, None, MOE_WORKLOAD)
-    rest = ~((table.model == "qwen3-30b-a3b") & (table.batch == 1))
-    print(f"MoE runs on {gpu}, {len(table)} points: TPOT MAPE {mape(table, 'tpot'):.1f}% "
-          f"({mape(table[rest], 'tpot'):.1f}% on the {int(rest.sum())} not fitted), "
-          f"TTFT MAPE {mape(table, 'ttft'):.1f}%")
-    print(table.round(1).to_string(index=False))
-
+    for label, share in (("the file's value", None), ("every operator at a dense one's", 1.0)):
+        table = predicted(gpu, points, launch_s, share, MOE_WORKLOAD)
+        rest = ~((table.model == "qwen3-30b-a3b") & (table.batch == 1))
+        print(f"MoE runs on {gpu} with {label}, {len(table)} points: TPOT MAPE "
+              f"{mape(table, 'tpot'):.1f}% ({mape(table[rest], 'tpot'):.1f}% on the "
+              f"{int(rest.sum())} not fitted), TTFT MAPE {mape(table, 'ttft'):.1f}%")
+        if share is None:
+            print(table.round(1).to_string(index=False))
 
 if __name__ == "__main__":
     main()

@@ -78,3 +78,60 @@ def test_the_measuring_tools_refuse_a_bad_model_in_one_line(tool) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [out.stderr.strip()]
     assert "no-such-model" in out.stderr
+
+
+def test_an_moe_layer_count_is_the_worker_decode_steps() -> None:
+    """An MoE layer of the worker dispatches the dense layer's operators, the
+    file's extra ones (router, dispatcher) and its count per local expert: the
+    experts run one after another, every one called."""
+    pytest.importorskip("megatron.core")
+    out = subprocess.run([sys.executable, "-m", "autoconfig.profiling.host_ops", "--model",
+                          "tiny-moe"], capture_output=True, text=True, timeout=300, check=True)
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    extra, per_expert, _ = WORKER.moe_kernels
+    assert counts["per_local_expert"] == per_expert
+    assert counts["moe_fixed"] == WORKER.kernels_for(get_model("tiny-moe")) + extra
+    assert counts["per_layer"] == counts["moe_fixed"] + 4 * per_expert   # 4 experts counted
+
+
+def _decode_step_s(model, ep: int = 1) -> float:
+    plans = InferencePlanTable.from_plans([InferencePlan(ep, 1, 1, 1, ep)])
+    load = StepLoad(decode_seqs=np.array([[1.0]]), decode_context=128.0,
+                    prefill_tokens=np.array([[0.0]]), prefill_context=0.0,
+                    logits_rows=np.array([[1.0]]))
+    return stage_seconds(model, InferenceWorkload(128, 8, "bf16"), plans,
+                         Cluster(get_gpu("h200"), 1, max(ep, 1)), load_constants(), WORKER,
+                         load)[0][0, 0]
+
+
+def test_the_worker_pays_each_local_experts_operators_on_the_host() -> None:
+    """At batch 1 the worker's step is its host's: every MoE layer launches
+    the dense count, the extra and each local expert's operators at their host
+    share; twice the experts cost one more expert loop, EP 2 halves it."""
+    model = get_model("qwen3-30b-a3b")
+    extra, per_expert, share = WORKER.moe_kernels
+    layer = WORKER.kernels_for(model) + extra + per_expert * share * model.num_experts
+    step = _decode_step_s(model)
+    assert step == pytest.approx((model.num_layers * layer + 1) * WORKER.kernel_launch_s)
+    doubled = _decode_step_s(dataclasses.replace(model, num_experts=2 * model.num_experts))
+    loop = model.num_layers * per_expert * share * model.num_experts * WORKER.kernel_launch_s
+    assert doubled - step == pytest.approx(loop)
+    assert step - _decode_step_s(model, ep=2) == pytest.approx(loop / 2)
+    # an engine whose MoE kernels are fused counts the layer as a dense one
+    vllm = engines.get_engine("vllm")
+    assert vllm.moe_kernels == (0, 0, 1.0)
+    assert vllm.moe_layer_kernels(model, 128) == vllm.kernels_for(model)
+
+
+def test_moe_counts_need_integers_and_a_share(tmp_path) -> None:
+    from autoconfig.errors import CatalogError
+    from autoconfig.inference.engine import _moe_kernels
+    assert _moe_kernels({"extra": 3, "per_local_expert": 2, "expert_op_host_fraction": 0.5},
+                        tmp_path) == (3, 2, 0.5)
+    for bad in ({"extra": 3, "per_local_expert": 2},
+                {"extra": -1, "per_local_expert": 2, "expert_op_host_fraction": 0.5},
+                {"extra": 3, "per_local_expert": 2.5, "expert_op_host_fraction": 0.5},
+                {"extra": 3, "per_local_expert": 2, "expert_op_host_fraction": 0},
+                {"extra": 3, "per_local_expert": 2, "expert_op_host_fraction": True}):
+        with pytest.raises(CatalogError, match="moe_kernels_per_layer"):
+            _moe_kernels(bad, tmp_path)

@@ -166,11 +166,10 @@ class Engine:
     are placed, less the allocator's fragmentation."""
     moe_kernels: tuple[int, int, float] = (0, 0, 1.0)
     """(kernels an MoE layer launches beyond a dense one, kernels per local expert,
-    host cost of an expert's operators when no token reached it, as a fraction of
-    a launching operator's), where the engine runs the router, the dispatch and
-    each expert's MLP as operators of their own (eager, one expert after another:
-    an empty expert's operators dispatch on empty tensors and launch no kernel);
-    (0, 0, 1) where its fused MoE kernels are counted as the dense MLP's."""
+    host time of an expert's operator as a fraction of a dense layer's), where the
+    engine runs the router, the dispatch and each expert's MLP as operators of
+    their own (eager, one expert after another); (0, 0, 1) where its fused MoE
+    kernels are counted as the dense MLP's."""
 
     @property
     def continuous(self) -> bool:
@@ -185,14 +184,12 @@ class Engine:
         features = layer_features(model)
         return self.kernels_per_layer + sum(n for f, n in self.feature_kernels if f in features)
 
-    def moe_layer_kernels(self, model, local_experts, hit_fraction):
+    def moe_layer_kernels(self, model, local_experts):
         """Kernels one step launches per MoE layer of ``model`` with ``local_experts``
-        experts on each GPU of which ``hit_fraction`` received tokens (arrays
-        allowed), an empty expert's counted at its host-cost fraction."""
-        extra, per_expert, empty = self.moe_kernels
-        hit = np.asarray(hit_fraction)
-        return self.kernels_for(model) + extra + per_expert * np.asarray(local_experts) * (
-            hit + (1.0 - hit) * empty)
+        experts on each GPU (arrays allowed), each expert's operators counted at
+        their share of a dense operator's host time."""
+        extra, per_expert, share = self.moe_kernels
+        return self.kernels_for(model) + extra + per_expert * share * np.asarray(local_experts)
 
     @property
     def decode_step_overhead_s(self) -> float:
@@ -341,7 +338,7 @@ def _load(path_text: str) -> Engine:
         kv_pool=_kv_pool(_value(data, "kv_pool_memory", path, src, (dict,)), path)
         if "kv_pool_memory" in data else None,
         moe_kernels=_moe_kernels(_value(data, "moe_kernels_per_layer", path, src, (dict,)),
-                                 path) if "moe_kernels_per_layer" in data else (0, 0),
+                                 path) if "moe_kernels_per_layer" in data else (0, 0, 1.0),
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -354,16 +351,16 @@ def _load(path_text: str) -> Engine:
 
 def _moe_kernels(raw: dict, path: Path) -> tuple[int, int, float]:
     """The ``moe_kernels_per_layer`` mapping: ``extra`` and ``per_local_expert``,
-    non-negative integers, and ``empty_expert_fraction`` in [0, 1]."""
+    non-negative integers, and ``expert_op_host_fraction`` in (0, 1]."""
     counts = tuple(raw.get(k) for k in ("extra", "per_local_expert"))
-    empty = raw.get("empty_expert_fraction")
+    share = raw.get("expert_op_host_fraction")
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in counts) \
-            or isinstance(empty, bool) or not isinstance(empty, (int, float)) \
-            or not 0 <= empty <= 1:
+            or isinstance(share, bool) or not isinstance(share, (int, float)) \
+            or not 0 < share <= 1:
         raise CatalogError(f"{path}: field 'moe_kernels_per_layer' needs non-negative integer "
                            "counts 'extra' and 'per_local_expert' and an "
-                           "'empty_expert_fraction' in [0, 1]")
-    return (*counts, float(empty))
+                           "'expert_op_host_fraction' in (0, 1]")
+    return (*counts, float(share))
 
 
 def _kv_pool(data: dict, path: Path) -> KvPoolRule:

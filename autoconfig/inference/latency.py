@@ -53,8 +53,7 @@ Kernels run one after another, each bound by its own compute or memory traffic
   never is. This is the per-step cost that does not shrink with the model. An
   engine that runs an MoE layer's router, dispatch and experts as operators of
   their own launches more there, some per local expert
-  (``Engine.moe_layer_kernels``: the worker's SequentialMLP calls every expert,
-  and an expert no token reached costs its operators' dispatch alone).
+  (``Engine.moe_layer_kernels``: the worker's SequentialMLP calls every expert).
 - kernel floor: no kernel runs shorter than ``kernel_gpu_floor_s`` of GPU time
   (heuristics/inference.yaml, measured under CUDA-graph replay: start, the
   first wave's memory latency, the tail), so each layer's small kernels
@@ -259,8 +258,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     if model.is_moe:
         share = model.layers_of("moe") / model.num_layers
         local = model.num_experts / plans.ep.astype(float)[:, None]
-        kernels = (1.0 - share) * kernels + share * engine.moe_layer_kernels(
-            model, local, _expert_hit_fraction(model, plans, tokens))
+        kernels = (1.0 - share) * kernels + share * engine.moe_layer_kernels(model, local)
     launches = (layers * kernels + 1.0) * engine.kernel_launch_s
     return np.maximum(gpu_s, launches), tp_comm
 
@@ -306,23 +304,19 @@ def _moe_flops_per_token(model: ModelSpec) -> float:
     return layer_matmul_flops_per_token(model, "moe") - 2.0 * attention_weight_params(model)
 
 
-def _expert_hit_fraction(model: ModelSpec, plans: InferencePlanTable, tokens):
-    """Share of the routed experts that receive a token in one step: with N token
-    copies routed at random over E experts, each expert is hit with probability
-    1 - (1 - 1/E)^N. N counts the tokens of every replica sharing the experts
+def _untouched_expert_bytes(model: ModelSpec, plans: InferencePlanTable, nbytes: float, tokens):
+    """Routed-expert weights a GPU does not read in one step: with N token copies
+    routed at random over E experts, each expert is hit with probability
+    1 - (1 - 1/E)^N, so a decode step of a small batch reads only the experts
+    its tokens chose. N counts the tokens of every replica sharing the experts
     (ep/tp of them with expert parallelism)."""
     ep = plans.ep.astype(float)[:, None]
     tp = plans.tp.astype(float)[:, None]
     sharing = np.where(ep > 1, ep / tp, 1.0)
     copies = tokens * sharing * model.moe_topk
-    return 1.0 - (1.0 - 1.0 / model.num_experts) ** copies
-
-
-def _untouched_expert_bytes(model: ModelSpec, plans: InferencePlanTable, nbytes: float, tokens):
-    """Routed-expert weights a GPU does not read in one step: a decode step of a
-    small batch reads only the experts its tokens chose (``_expert_hit_fraction``)."""
+    hit = 1.0 - (1.0 - 1.0 / model.num_experts) ** copies
     experts = expert_bytes_per_gpu(model, plans.tp, plans.pp, nbytes, plans.ep)[:, None]
-    return experts * (1.0 - _expert_hit_fraction(model, plans, tokens))
+    return experts * (1.0 - hit)
 
 
 def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
