@@ -217,6 +217,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
 
 
 def markdown(result: InferenceSearchResult, top: int) -> str:
+    warning = load_line(result)
     front = result.table[result.table["pareto"]].sort_values("latency_ms")
     front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.5g}",
                    f"{r.tokens_per_s_per_gpu:.4g}") for r in front.itertuples(index=False)]
@@ -224,7 +225,7 @@ def markdown(result: InferenceSearchResult, top: int) -> str:
         f"# Inference search: {result.model.name}", "", headline(result), "",
         "## Top layouts", "",
         tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",
-        *([load_line(result), ""] if load_line(result) else []),
+        *([warning, ""] if warning else []),
         "## Pareto front (latency vs output tokens/s per GPU)", "",
         tabulate(front_rows, headers=("TP", "PP", "batch", "replicas", "latency ms",
                                       "tok/s/GPU"), tablefmt="github"), "",

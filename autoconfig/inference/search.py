@@ -460,10 +460,10 @@ def _runs_at_largest_rate(model, workload, plans, cluster, constants, engine, jo
     rate in ``request_rate_per_s`` (inf: the job sent at once meets them) and its
     share of the rate the plan completes with the job sent at once in
     ``load_fraction`` (how near the saturation cliff the answer sits:
-    ``autoconfig.inference.rate_search``); a plan that meets them at no rate keeps its run at the lowest
-    rate tried, which the limit checks then prune. A plan whose KV cache cannot
-    hold the job's largest request (its run's ``fits``) is pruned anyway: it
-    keeps its offline run, unsearched (rate NaN)."""
+    ``autoconfig.inference.rate_search``); a plan that meets them at no rate
+    keeps its run at the lowest rate tried, which the limit checks then prune. A
+    plan whose KV cache cannot hold the job's largest request (its run's
+    ``fits``) is pruned anyway: it keeps its offline run, unsearched (rate NaN)."""
     from autoconfig.inference import job as jobs
     from autoconfig.inference.rate_search import largest_rate
 
