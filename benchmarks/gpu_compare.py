@@ -248,7 +248,9 @@ def worker_report(folder: Path = HERE, card: str = "H100") -> None:
             print(f"  {r.plan:44s} step {r.step_time_s:.3f} s (predicted "
                   f"{r.predicted_step_time_s:.3f}, {r.step_time_error_pct:+.0f}%), {memory}, "
                   f"measured rank {int(r.measured_rank)} predicted {int(r.predicted_rank)}")
-    print("inference worker (megatron-core 0.16.1 static path, eager), input 512, output 64:")
+    print("inference worker (megatron-core 0.16.1 static path, eager), input 512 and output 64 "
+          "tokens (the MoE models: 128 and 8); predicted: what the engine file said when it ran "
+          "(benchmarks/fit_worker_engine.py predicts them as committed):")
     for path in sorted(folder.glob("infer_*_profile.csv")):
         i = pd.read_csv(path)
         for r in i.sort_values("batch").itertuples():
