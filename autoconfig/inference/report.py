@@ -130,8 +130,8 @@ def load_line(result: InferenceSearchResult) -> str:
         return (f"note: the best layout's rate, {best.request_rate_per_s:.4g}/s, is "
                 f"{100 * load:.0f}% of what it completes with the job sent at once: over "
                 f"{result.job.requests} requests its queue stays within the limits, but a "
-                "longer run at this rate would keep queueing; for a server that runs for "
-                "minutes, give --num-requests as the rate times the run's seconds")
+                "longer run at this rate may keep queueing; for a server that runs for "
+                "minutes, check with --num-requests as the rate times the run's seconds")
     return (f"note: the best layout's rate is {100 * load:.0f}% of what it completes with "
             f"the job sent at once; this near full load a {100 * (1 - load):.0f}% error in "
             "the rate or in the step cost moves TTFT and TPOT by about their whole value: "
