@@ -25,7 +25,8 @@ latency), so the step time behaves as t0 / (1 - load) and a relative error in
 the rate or in the step cost reaches the TPOT multiplied by 1 / (1 - load):
 10x at 90%. Measured on the model itself: MLPerf v4.1's H100 Llama 2 70B Server
 run (TP 2, 4,096-token budget) asked at its published 75.1 requests/s gives a
-TPOT of 40 ms over the job; at the 6% higher rate the search finds, 118 ms. A
+TPOT of 40 ms over the job; at the rate the search finds (89.5/s arriving, a
+throughput 6% above the published one), 118 ms over its steady part. A
 layout at ``STEEP_LOAD`` or more is flagged in the report so that its TTFT and
 TPOT are read as a cliff's edge, not as figures to plan on. A load above 1 says
 the job may be too short for its queue to break the limits although it grows
