@@ -42,6 +42,8 @@
 #   infer_moe2 checks of the empty-expert host cost fitted on infer_moe's Qwen3 batch-1
 #             TPOT, predicted before they ran: qwen3 30b-a3b at batch 4 and 64, and
 #             tiny-moe (4 layers, 8 experts) at batch 1 and 16 (2026-11-28, H200)
+#   infer_moe_repeat  infer_moe's Qwen3 runs again on a third machine (machine-to-machine
+#             spread of the host-bound worker; 2026-11-28, H200)
 #   AC_GPU=h200 names the catalog GPU the train and infer stages ask for (default h100).
 set -u
 gpu=${AC_GPU:-h100}
@@ -120,6 +122,9 @@ for stage in "$@"; do
             megatron-core-static 1,16 qwen3
         AC_IN=128 AC_OUT=8 infer_profile 8x7b infer-static-mixtral-8x7b \
             megatron-core-static 1,16 mixtral ;;
+    infer_moe_repeat)
+        AC_IN=128 AC_OUT=8 infer_profile 30b-a3b infer-repeat-qwen3-30b-a3b \
+            megatron-core-static 1,16 qwen3 ;;
     infer_moe2)
         AC_IN=128 AC_OUT=8 infer_profile 30b-a3b infer-static-qwen3-30b-a3b-b4-64 \
             megatron-core-static 4,64 qwen3
