@@ -255,8 +255,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
         * model.num_heads / tp
     score_traffic = layers * scores * engine.attention_score_bytes / (hbm * c.hbm_efficiency)
     gpu_s = gemms + attention + score_traffic + tp_comm + p2p + ep_comm + layers * floor
-    if model.is_moe:
-        share = model.layers_of("moe") / model.num_layers
+    if model.is_moe:            # share: the MoE layers' share, set above
         local = model.num_experts / plans.ep.astype(float)[:, None]
         kernels = (1.0 - share) * kernels + share * engine.moe_layer_kernels(model, local)
     launches = (layers * kernels + 1.0) * engine.kernel_launch_s

@@ -40,7 +40,8 @@
 #             (8), 128 input and 8 output tokens at batch 1 and 16: the worker's
 #             SequentialMLP calls every local expert (2026-11-28, H200)
 #   infer_moe2 checks of the empty-expert host cost fitted on infer_moe's Qwen3 batch-1
-#             TPOT, predicted before they ran: qwen3 30b-a3b at batch 4 and 64, and
+#             TPOT, predicted before they ran (they refuted it; the engine file now
+#             prices every expert alike): qwen3 30b-a3b at batch 4 and 64, and
 #             tiny-moe (4 layers, 8 experts) at batch 1 and 16 (2026-11-28, H200)
 #   infer_moe_repeat  infer_moe's Qwen3 runs again on a third machine (machine-to-machine
 #             spread of the host-bound worker; 2026-11-28, H200)
