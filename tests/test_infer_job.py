@@ -3,6 +3,7 @@ step-by-step schedule, the drain of an offline run, closed-loop clients,
 arrivals at a request rate, KV-limited admission and preemption, through the
 library and the real CLI."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -45,6 +46,29 @@ def test_lengths_keep_the_mean_spread_and_order() -> None:
     assert (request_lengths(256, 0, 10, seed=1) == 256).all()
     with pytest.raises(InputError, match="spread"):
         request_lengths(10, -1, 5, seed=0)
+
+
+def test_uniform_lengths_spread_evenly_with_no_tail() -> None:
+    # sglang.bench_serving --dataset-name random --random-input 1024 --random-range-ratio 0:
+    # prompts uniform over 1..1024, mean 512.5, sd (1024^2 - 1)^0.5 / 12^0.5 = 295.6
+    u = request_lengths(512.5, 295.6, 3000, seed=1, dist="uniform")
+    g = request_lengths(512.5, 295.6, 3000, seed=1)
+    assert abs(u.mean() - 512.5) < 1.0 and abs(u.std() - 295.6) < 2.0
+    assert 1 <= u.min() <= 3 and 1021 <= u.max() <= 1025        # the range, nothing beyond
+    assert np.histogram(u, bins=4, range=(0, 1024))[0].min() > 700   # flat, not peaked
+    assert g.max() > 1.3 * u.max()                              # the gamma's tail
+    assert (u == request_lengths(512.5, 295.6, 3000, seed=1, dist="uniform")).all()
+    with pytest.raises(InputError, match="--length-dist 'normal'"):
+        request_lengths(512.5, 295.6, 10, seed=1, dist="normal")
+
+
+def test_uniform_lengths_drain_sooner_than_gamma_ones_of_the_same_spread() -> None:
+    workload = InferenceWorkload(512, 512, "bf16", 296, 296)
+    gamma = job_row(workload, Job(1000))
+    uniform = job_row(dataclasses.replace(workload, length_dist="uniform"), Job(1000))
+    # the same tokens, but the longest request is 1,025 tokens long, not ~2,000
+    assert uniform.duration_s < 0.97 * gamma.duration_s
+    assert uniform.tokens_per_s_per_replica > gamma.tokens_per_s_per_replica
 
 
 def test_fixed_lengths_all_at_once_run_as_one_batch() -> None:
@@ -130,6 +154,12 @@ def test_cli_runs_a_sharegpt_job(capsys, tmp_path) -> None:
                                      "--concurrency", "64", "-o", str(tmp_path)], capsys)
     assert code == 0, err
     assert "300 requests sent by 64 clients" in out and "job s" in out
+    code, out, err = run_cli(BASE + ["--input-len", "512", "--output-len", "512",
+                                     "--input-len-std", "296", "--output-len-std", "296",
+                                     "--length-dist", "uniform", "--num-requests", "300",
+                                     "--format", "json", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert json.loads(out)["length_dist"] == "uniform"
 
 
 @pytest.mark.parametrize("args,message", [
@@ -138,6 +168,8 @@ def test_cli_runs_a_sharegpt_job(capsys, tmp_path) -> None:
     (["--dataset", "sharegpt", "--num-requests", "10", "--batch", "4"], "--num-requests"),
     (["--dataset", "sharegpt", "--num-requests", "10", "--concurrency", "4,8"], "one --concurrency"),
     (["--input-len", "128", "--output-len", "16", "--output-len-std", "-3"], "--output-len-std"),
+    (["--dataset", "sharegpt", "--num-requests", "10", "--length-dist", "zipf"],
+     "--length-dist"),
     (["--dataset", "sharegpt", "--num-requests", "10", "--concurrency", "4", "--request-rate",
       "2"], "not both"),
     (["--dataset", "sharegpt", "--num-requests", "10", "--request-rate", "-1"], "--request-rate"),
@@ -338,3 +370,77 @@ def test_published_medians_are_scored_on_the_jobs_medians() -> None:
     assert scored["predicted_ttft"] == pytest.approx(pred.ttft_p50_ms)
     assert scored["predicted_tpot"] == pytest.approx(pred.tpot_p50_ms)
     assert pred.ttft_p50_ms != pytest.approx(pred.ttft_ms)
+
+
+SGLANG = engines.get_engine("sglang")
+
+
+def test_an_overlap_scheduler_delays_each_arrival_by_the_step_it_built() -> None:
+    """SGLang's overlap event loop builds step k + 1 while step k runs: a request
+    sent during step k first runs in step k + 2, one decode step later than
+    under a scheduler that builds each step after the last."""
+    assert SGLANG.overlap_schedule and not VLLM.overlap_schedule
+    off = engines.with_overlap_schedule(SGLANG, False)
+    w = InferenceWorkload(512, 256, "bf16")
+    # 2 requests/s against ~4 s requests: about 8 in flight, each arrival mid-run
+    ahead = job_row(w, Job(300, None, 2.0), engine=SGLANG)
+    after = job_row(w, Job(300, None, 2.0), engine=off)
+    extra = ahead.ttft_p50_ms - after.ttft_p50_ms
+    assert 0.6 * after.tpot_p50_ms < extra < 1.6 * after.tpot_p50_ms
+    assert ahead.tpot_ms == pytest.approx(after.tpot_ms, rel=0.05)  # decoding is unchanged
+    # an idle engine builds at once: one request alone waits for nothing
+    alone = [job_row(w, Job(1, None, 1.0), engine=e).ttft_ms for e in (SGLANG, off)]
+    assert alone[0] == pytest.approx(alone[1])
+
+
+def test_an_overlap_scheduler_admits_a_clients_next_request_a_step_later() -> None:
+    inputs, outputs = np.full(4, 64), np.array([8, 20, 8, 8])
+    plans = [schedule(inputs, outputs, 2, 64, 1e9, None, False, overlap=o)
+             for o in (False, True)]
+    # request 0 ends at step 8 while request 1 runs on: its client's next request
+    # (2) is prefilled in the next step, or, under overlap, one step later
+    first = [int(p.steps.cumsum()[p.first_token[2]]) for p in plans]
+    assert first[1] == first[0] + 1
+    # clients whose requests all end together find the engine idle: no wait
+    both = [schedule(np.full(4, 64), np.full(4, 8), 2, 64, 1e9, None, False, overlap=o)
+            for o in (False, True)]
+    assert both[0].steps.sum() == both[1].steps.sum()
+
+
+def test_steady_state_ttft_waits_one_step_more_under_an_overlap_scheduler() -> None:
+    off = engines.with_overlap_schedule(SGLANG, False)
+    w = InferenceWorkload(512, 256, "bf16")
+    rows = [search(MODEL, w, CLUSTER, engine=e, mode="continuous", pins=Pins((1,), (1,), (32,)))
+            .table.iloc[0] for e in (SGLANG, off)]
+    assert rows[0].ttft_ms - rows[1].ttft_ms == pytest.approx(rows[1].tpot_ms, rel=1e-6)
+    assert rows[0].tpot_ms == pytest.approx(rows[1].tpot_ms)
+
+
+def test_overlap_flag_through_the_cli(capsys, tmp_path) -> None:
+    args = ["infer", "--model", "llama3", "--size", "8b", "--gpu", "h100", "--gpus", "1",
+            "--input-len", "512", "--output-len", "128", "--no-plots", "--format", "json",
+            "-o", str(tmp_path)]
+    code, out, err = run_cli(args + ["--engine", "sglang", "--no-overlap-schedule"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["overlap_schedule"] is False
+    code, _, err = run_cli(args + ["--engine", "fastertransformer", "--overlap-schedule"],
+                           capsys)
+    assert code == 2 and "--overlap-schedule" in err and "static" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_published_overlap_settings_follow_the_engine_each_source_ran() -> None:
+    points = load_points(default_points_path())
+    trt = points[points.engine == "tensorrt-llm"]
+    # every TensorRT-LLM row ran TensorRT engines (C++ executor), no overlap scheduler
+    assert len(trt) > 0 and (trt.overlap_schedule.astype(str).str.lower() == "false").all()
+    si10 = points[points.source_id == "SI10"]
+    assert len(si10) >= 19 and si10.overlap_schedule.isna().all()     # SGLang 0.4's default
+    row = next(r for r in si10.itertuples(index=False) if r.point_id == "J158")
+    assert str(row.length_dist).startswith("uniform")
+    pred = ask(row)
+    w = InferenceWorkload(509, 534, "bf16", 295.6, 295.9, "uniform")
+    direct = search(get_model("llama3-70b"), w, Cluster(get_gpu("h200"), 1, 4),
+                    engine=engines.with_kv_memory_fraction(SGLANG, 0.85),
+                    job=Job(300, None, 1.0), pins=Pins((4,), (1,))).table.iloc[0]
+    assert pred.ttft_p50_ms == pytest.approx(direct.ttft_p50_ms)

@@ -31,10 +31,11 @@ BASE = ["infer", "--model", "llama3", "--size", "8b", "--gpu", "h100", "--gpus",
 
 
 def _parts():
-    """(T, fragmented weights, fragmented activations, context, bytes per token)."""
+    """(T, weights as loaded, fragmented activations, context, bytes per token): an
+    engine measures its weights once they are loaded, one allocation each."""
     frag, _ = load_constants().overhead_of("megatron-core")
     fixed = memory_per_gpu(MODEL, WORKLOAD, PLANS, FORWARD, 0.0)
-    return (usable_bytes(GPU), frag * fixed.weights_bytes, frag * fixed.activation_bytes,
+    return (usable_bytes(GPU), fixed.weights_bytes, frag * fixed.activation_bytes,
             runtime_context_bytes(PLANS),
             kv_bytes_per_token_per_gpu(MODEL, PLANS.tp, PLANS.pp, WORKLOAD.kv_bytes_per_value))
 

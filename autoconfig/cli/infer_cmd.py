@@ -18,6 +18,7 @@ from autoconfig.errors import InputError
 from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
 from autoconfig.inference.latency import MODES
+from autoconfig.inference.lengths import LENGTH_DISTS
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES, STATISTICS
 from autoconfig.profiling import executors
 from autoconfig.profiling.spec import DEVICES
@@ -55,6 +56,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "all the same, or the --dataset's).")
 @click.option("--output-len-std", type=float, default=None,
               help="Spread of the output lengths in tokens (default 0, or the --dataset's).")
+@click.option("--length-dist", type=click.Choice(LENGTH_DISTS), default="gamma",
+              show_default=True,
+              help="Law of spread lengths in a --num-requests job: gamma (a conversation "
+                   "dataset's long tail, ShareGPT-like) or uniform (evenly over mean +/- "
+                   "1.73 x spread: vLLM's and SGLang's 'random' dataset with a range ratio).")
 @click.option("--dataset", "dataset_name", type=click.Choice(datasets.names()), default=None,
               help="Take the length means and spreads of a benchmark dataset "
                    "(heuristics/datasets.yaml); --input-len/--output-len and their --*-std "
@@ -90,6 +96,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="In-flight engines: a step that prefills also decodes the running "
                    "requests (vLLM V1, TensorRT-LLM), or prefill runs alone and the decodes "
                    "wait (SGLang without --enable-mixed-chunk, vLLM V0); default the "
+                   "engine's.")
+@click.option("--overlap-schedule/--no-overlap-schedule", "overlap_schedule", default=None,
+              help="In-flight engines: the scheduler builds each step while the one before "
+                   "runs (SGLang, TensorRT-LLM's PyTorch backend; vLLM --async-scheduling), "
+                   "so a new request waits a step longer for its first token; default the "
                    "engine's.")
 @click.option("--max-batched-tokens", type=int, default=None,
               help="In-flight engines: tokens one step may process, prompt chunks and decodes "
@@ -185,9 +196,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="With --profile: run again layouts whose final record has this status "
                    "(repeatable; failed: every status but ok).")
 def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu, gpus, nodes,
-          gpus_per_node, input_len, output_len, input_len_std, output_len_std, dataset_name,
+          gpus_per_node, input_len, output_len, input_len_std, output_len_std, length_dist,
+          dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
+          overlap_schedule,
           max_batched_tokens, kv_cache_tokens, kv_memory_fraction, chunked_prefill, kv_policy,
           batching, batch, concurrency,
           request_rate, limit_statistic, disaggregated, tp,
@@ -221,11 +234,11 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if top < 1:
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
-    workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:])
+    workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:], length_dist)
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)
     engine = engines.configured(engine_name, decode_steps, mixed_prefill, chunked_prefill,
                                 max_batched_tokens, kv_cache_tokens, kv_policy,
-                                kv_memory_fraction)
+                                kv_memory_fraction, overlap_schedule)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

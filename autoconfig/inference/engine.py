@@ -123,6 +123,13 @@ class Engine:
     """Host time per engine step that the GPU waits for (scheduling, sampling,
     input preparation); 0 where the engine overlaps it with the previous step.
     With ``decode_steps`` > 1 a run of decode steps pays it once."""
+    overlap_schedule: bool
+    """The scheduler runs one batch ahead of the GPU (SGLang's overlap event loop,
+    TensorRT-LLM's overlap scheduler, vLLM's async scheduling): it builds step
+    k + 1 while step k runs, so a request that arrives during step k can first
+    join step k + 2. Its first token comes one step later than under a scheduler
+    that builds each step after the last ends; what it hides of the host's time is
+    the engine's ``step_overhead_s``, not changed here."""
     decode_steps: int
     """Decode steps the engine runs back to back per scheduler call (vLLM's
     multi-step scheduling, SGLang's continuous decode steps): the scheduler's
@@ -317,6 +324,7 @@ def _load(path_text: str) -> Engine:
         max_custom_tp=int(_value(allreduce, "max_custom_tp", path, src, (int,), optional=True)
                           or 1),
         step_overhead_s=float(step or 0.0),
+        overlap_schedule=bool(_value(data, "overlap_schedule", path, src, (bool,))),
         decode_steps=int(decode_steps),
         decode_steps_option=decode_option,
         kernel_launch_s=_launch_s(launch, graphs, path),
@@ -414,6 +422,19 @@ def with_mixed_prefill(engine: Engine, mixed: bool | None) -> Engine:
     return dataclasses.replace(engine, mixed_prefill=bool(mixed))
 
 
+def with_overlap_schedule(engine: Engine, overlap: bool | None) -> Engine:
+    """``engine`` scheduling one step ahead of the GPU or not (None: its default;
+    SGLang ``--disable-overlap-schedule``, TensorRT-LLM ``disable_overlap_scheduler``,
+    vLLM ``--async-scheduling``); one-line InputError for a static engine."""
+    if overlap is None or overlap == engine.overlap_schedule:
+        return engine
+    if not engine.continuous:
+        flag = "--overlap-schedule" if overlap else "--no-overlap-schedule"
+        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches, "
+                         "with no scheduler admitting requests between steps")
+    return dataclasses.replace(engine, overlap_schedule=bool(overlap))
+
+
 def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
     """``engine`` with prompts split to fill each step's token budget or run whole
     (None: its default; TensorRT-LLM ``enable_chunked_context``, vLLM
@@ -495,10 +516,12 @@ def with_kv_memory_fraction(engine: Engine, fraction: float | None) -> Engine:
 def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool | None = None,
                chunked_prefill: bool | None = None, max_batched_tokens: int | None = None,
                kv_cache_tokens: int | None = None, kv_policy: str | None = None,
-               kv_memory_fraction: float | None = None) -> Engine:
+               kv_memory_fraction: float | None = None,
+               overlap_schedule: bool | None = None) -> Engine:
     """Engine ``name`` with the settings a user gives ``infer`` (None: the engine's
     default), checked in one order so the CLI and ``infer-validate`` agree."""
     engine = with_mixed_prefill(with_decode_steps(get_engine(name), decode_steps), mixed_prefill)
+    engine = with_overlap_schedule(engine, overlap_schedule)
     engine = with_chunked_prefill(engine, chunked_prefill)
     engine = with_max_batched_tokens(engine, max_batched_tokens)
     engine = with_kv_policy(with_kv_cache_tokens(engine, kv_cache_tokens), kv_policy)

@@ -185,7 +185,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
              kv_capacity_tokens: float, budget_tokens: int | None, chunked: bool,
              reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
              clock: "_Clock | None" = None, decode_steps: int = 1,
-             mixed: bool = True, first_in_prefill: bool = True) -> Schedule:
+             mixed: bool = True, first_in_prefill: bool = True,
+             overlap: bool = False) -> Schedule:
     """Which requests every engine step runs (module doc). ``budget_tokens``: the
     tokens one step may process, decodes included (None: no cap); ``chunked``:
     prompts are split to fill it, else whole prompts go while they fit (at least
@@ -213,7 +214,14 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     ``first_in_prefill``: the step that finishes a prompt samples its first
     token (``Engine.prefill_samples_first_token``); else the prompt joins the
     decoders without it and the next decode step, one step after every prompt
-    admitted with it is prefilled, samples it (TurboMind before its unified pass)."""
+    admitted with it is prefilled, samples it (TurboMind before its unified pass).
+
+    ``overlap``: the scheduler builds each step while the one before runs
+    (``Engine.overlap_schedule``), so the step that starts at a boundary took only
+    the requests sent before the step that just ended began: an arrival waits for
+    the step under way and the one already built (a decode run stops one step
+    after it), and a closed-loop client's next request joins a step later than it
+    would. An idle engine builds at once."""
     timed = arrivals_s is not None
     n = len(inputs)
     sent_after = np.full(n, -1, dtype=np.int64)
@@ -232,16 +240,23 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     segments = _Segments()
     opening: list[int] = []                     # prefilled, first token from the next decode
     whole_request = inputs + outputs            # once: a job may hold tens of thousands
+    deferred: list[int] = []                    # sent, for the step after the one built
+    lag = 0.0                                   # seconds of the step that just ended
 
     def need(r: int) -> float:
         return float(prompt[r] + (resume[r] + 1 if reserve_output else 0))
 
-    while waiting or prefilling or len(ids) or (timed and next_sent < n):
+    while waiting or prefilling or len(ids) or deferred or (timed and next_sent < n):
+        if not (waiting or prefilling or len(ids)):
+            lag = 0.0                           # an idle scheduler builds at once
+            waiting.extend(deferred)
+            deferred = []
         if timed:
             clock.sync(segments.rows, not_before)
             if not (waiting or prefilling or len(ids)):
                 clock.now = max(clock.now, float(arrivals_s[next_sent]))    # idle till then
-            while next_sent < n and arrivals_s[next_sent] <= clock.now:
+            built = clock.now - (lag if overlap else 0.0)   # what the starting step saw
+            while next_sent < n and arrivals_s[next_sent] <= built:
                 waiting.append(next_sent)
                 next_sent += 1
         latest = 0.0
@@ -284,7 +299,8 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                                decoders + len(own), held_back, opened=len(opened))
             if timed:
                 row = segments.rows[seg]
-                clock.advance(clock.step_s(row[1], row[3]))
+                lag = clock.step_s(row[1], row[3])
+                clock.advance(lag)
             _mark_first_tokens(first_token, own + opened, seg)
             if mixed:
                 opening = []
@@ -299,12 +315,13 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             left = np.concatenate([left, resume[new] + held])
             context = np.concatenate([context, prompt[new].astype(np.float64) + 1.0 - held])
         else:
-            steps = 1 if opening else int(left.min())  # first tokens: one step, then on
+            # first tokens, or a request for the next step: one step, then on
+            steps = 1 if opening or deferred else int(left.min())
             if timed:
-                one = clock.step_s(len(ids), 0)
-                if next_sent < n:               # stop at the next arrival
+                one = lag = clock.step_s(len(ids), 0)
+                if next_sent < n:               # stop at the next arrival (overlap: a step on)
                     wait = arrivals_s[next_sent] - clock.now
-                    steps = max(1, min(steps, int(np.ceil(wait / one))))
+                    steps = max(1, min(steps, int(np.ceil(wait / one)) + int(overlap)))
             if decode_steps > 1:                # the scheduler acts between whole runs
                 steps = decode_steps * int(np.ceil(steps / decode_steps))
             if not reserve_output:              # stop where the cache would overflow
@@ -336,10 +353,12 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             reserved = _held(ids, context, prefilling, prompt, whole_request, reserve_output)
         peak = max(peak, reserved)
         not_before.append(latest)              # one segment per pass
+        waiting.extend(deferred)                # now for the step being built
+        deferred = []
         for _ in range(0 if timed else done_now):   # each client sends its next request
             if next_sent < n:
                 sent_after[next_sent] = seg
-                waiting.append(next_sent)
+                (deferred if overlap else waiting).append(next_sent)
                 next_sent += 1
     columns = list(zip(*segments.rows)) if segments.rows else [()] * 6
     arrays = [np.asarray(c, dtype=float) for c in columns]
@@ -468,9 +487,9 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
         one = plans.take([i])
         share = job.per_replica(int(one.replicas[0]))
         inputs = request_lengths(workload.input_len_tokens, workload.input_len_std_tokens,
-                                 share.requests, seed=1)
+                                 share.requests, seed=1, dist=workload.length_dist)
         outputs = request_lengths(workload.output_len_tokens, workload.output_len_std_tokens,
-                                  share.requests, seed=2)
+                                  share.requests, seed=2, dist=workload.length_dist)
         largest = float((inputs + outputs).max())
 
         def seconds(decode_seqs, decode_context, prefill_tokens, prefill_context, logits_rows):
@@ -486,7 +505,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
         plan = schedule(inputs, outputs, share.clients or share.requests, int(one.batch[0]),
                         float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
                         engine.kv_reserves_output, arrivals, clock, engine.decode_steps,
-                        engine.mixed_prefill, engine.prefill_samples_first_token)
+                        engine.mixed_prefill, engine.prefill_samples_first_token,
+                        engine.overlap_schedule)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs, share.steady)

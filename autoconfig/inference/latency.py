@@ -89,11 +89,13 @@ decode tokens it prefills ``C s_in / s_out`` prompt tokens (Agrawal et al.
 stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight:
 
     TPOT = pp * t_stage(C/pp decodes + their prompt share) + overhead / k
-    TTFT = k * TPOT / 2 + chunks * (pp * t_stage(decodes + one prompt chunk) + overhead)
+    TTFT = (k / 2 + o) * TPOT + chunks * (pp * t_stage(decodes + one prompt chunk) + overhead)
 
 (half a run of ``k`` decode steps waiting for the scheduler, ``k =
 Engine.decode_steps``, 1 unless multi-step scheduling is asked: then the host
-overhead is paid once per run; then the prompt in chunks of the step's token
+overhead is paid once per run; ``o`` = 1 where the scheduler builds each step
+while the one before runs (``Engine.overlap_schedule``): the step built when the
+request arrived runs without it; then the prompt in chunks of the step's token
 budget, or whole where the engine does not chunk; then, where the engine's
 prefill stops a token short, the decode step that samples the first token).
 
@@ -433,9 +435,10 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         decode_seqs=beside, decode_context=context, prefill_tokens=chunk,
         prefill_context=s_in / 2.0, logits_rows=beside + 1.0))
     # An arrival waits for the decode run under way (half of it on average:
-    # one step, or a whole multi-step run of ``decode_steps``), then its chunks.
-    ttft = engine.decode_steps * tpot / 2.0 + np.ceil(s_in / chunk) * (pp * chunk_step
-                                                                        + overhead)
+    # one step, or a whole multi-step run of ``decode_steps``), and under an
+    # overlap scheduler for the step already built after it, then its chunks.
+    waited = engine.decode_steps / 2.0 + (1.0 if engine.overlap_schedule else 0.0)
+    ttft = waited * tpot + np.ceil(s_in / chunk) * (pp * chunk_step + overhead)
     if not engine.prefill_samples_first_token:      # then the decode step that samples it
         ttft = ttft + pp * step + engine.decode_step_overhead_s
     ones = np.ones(len(plans))

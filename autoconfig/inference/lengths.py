@@ -3,11 +3,20 @@
 A serving benchmark draws its requests from a dataset (ShareGPT, a synthetic
 set, a task's test split); what decides its timing is the mean of each length
 and, for a finite job, how long the longest requests are: the run lasts until
-the last one finishes. Lengths are drawn as gamma variates with the given mean
-and standard deviation (shape ``(mean/std)^2``; std = mean is the exponential,
-std = 0 fixed lengths), taken deterministically at the ``n`` mid-quantiles
-``(i + 1/2)/n`` of a fixed-seed sample, then put in a fixed pseudo-random
-order (prompt and output lengths independently), as a benchmark shuffles its
+the last one finishes. Two laws give the lengths their shape:
+
+- ``gamma`` (the default): gamma variates with the given mean and standard
+  deviation (shape ``(mean/std)^2``; std = mean is the exponential), the long
+  right tail of a conversation dataset such as ShareGPT;
+- ``uniform``: lengths spread evenly over ``mean -/+ sqrt(3) std`` (a uniform's
+  standard deviation is its width over sqrt(12)), as the synthetic "random"
+  datasets of vLLM's and SGLang's serving benchmarks draw them
+  (``np.random.randint(L * range_ratio, L + 1)``): no tail beyond the top.
+
+Std = 0 is fixed lengths under either. The lengths are taken deterministically
+at the ``n`` mid-quantiles ``(i + 1/2)/n`` (of a fixed-seed sample for the
+gamma, exactly for the uniform), then put in a fixed pseudo-random order
+(prompt and output lengths independently), as a benchmark shuffles its
 dataset. The same request never gets a different length between calls.
 """
 
@@ -16,6 +25,9 @@ from functools import lru_cache
 import numpy as np
 
 from autoconfig.errors import InputError, shown
+
+LENGTH_DISTS = ("gamma", "uniform")
+"""Laws a job's lengths can follow (module doc)."""
 
 _SAMPLE = 200_000
 """Draws the quantiles are read from: the largest of 500 requests (quantile 0.999)
@@ -30,15 +42,19 @@ def _standard_quantiles(shape: float, n: int) -> np.ndarray:
 
 
 def request_lengths(mean_tokens: float, std_tokens: float, n: int, seed: int,
-                    max_tokens: int | None = None) -> np.ndarray:
+                    max_tokens: int | None = None, dist: str = "gamma") -> np.ndarray:
     """``n`` integer lengths (at least 1, at most ``max_tokens``) with this mean and
-    spread, in a fixed order chosen by ``seed`` (module doc)."""
+    spread under the law ``dist``, in a fixed order chosen by ``seed`` (module doc)."""
+    check_length_dist(dist)
     if not mean_tokens >= 1:
         raise InputError(f"invalid mean length {mean_tokens!r}: must be at least 1 token")
     if not std_tokens >= 0:
         raise InputError(f"invalid length spread {std_tokens!r}: must be 0 or more tokens")
     if std_tokens == 0 or n == 1:
         lengths = np.full(n, float(mean_tokens))
+    elif dist == "uniform":
+        half_width = np.sqrt(3.0) * std_tokens
+        lengths = mean_tokens + half_width * (2.0 * (np.arange(n) + 0.5) / n - 1.0)
     else:
         shape = min((mean_tokens / std_tokens) ** 2, 1e6)
         lengths = mean_tokens * _standard_quantiles(round(shape, 6), n)
@@ -57,6 +73,13 @@ def arrival_times_s(rate_per_s: float, n: int, seed: int) -> np.ndarray:
     gaps = -np.log1p(-(np.arange(n) + 0.5) / n) / rate_per_s
     gaps = np.random.default_rng(seed).permutation(gaps)
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
+
+
+def check_length_dist(dist: object) -> None:
+    """InputError unless ``dist`` names a length law (``LENGTH_DISTS``)."""
+    if dist not in LENGTH_DISTS:
+        raise InputError(f"invalid --length-dist {shown(dist)}: allowed are "
+                         f"{', '.join(LENGTH_DISTS)}")
 
 
 def check_rate(rate_per_s: object) -> None:

@@ -23,6 +23,12 @@
   (``Engine.kv_pool``: TensorRT-LLM a share of the memory free once the model
   is loaded, vLLM a share of the GPU less its whole footprint, SGLang a share
   of the GPU for weights and pool); requests are admitted against that pool.
+  Each engine sizes it from what it measured once the weights were loaded
+  (SGLang's free memory after loading, vLLM's 'Loading model weights took',
+  TensorRT-LLM's free memory after the engine loads), so the rule counts the
+  weights at their bytes: parameters are allocated once, each rounded to the
+  allocator's 2 MiB blocks, which leaves no fragmentation to speak of; the
+  activations' peak keeps it, and so does the check that the pool fits.
   An engine that reserves the output at admission
   (TensorRT-LLM's GUARANTEED_NO_EVICT, ``Engine.kv_reserves_output``) holds
   the whole sequence's blocks from the first step.
@@ -234,9 +240,9 @@ def pool_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferenceP
                 activation_tokens, gpu: GPU, engine) -> np.ndarray | None:
     """The KV pool of each plan's replica in tokens as the engine allocates it at
     start: its user's (``Engine.kv_cache_tokens``) or its memory rule's
-    (``Engine.kv_pool``, ``KvPoolRule``: the loaded weights and activations with
-    the allocator's fragmentation, plus the runtime context, against the GPU's
-    usable memory); None for an engine without either (its cache takes what
+    (``Engine.kv_pool``, ``KvPoolRule``: the loaded weights at their bytes and the
+    activations with the allocator's fragmentation, plus the runtime context,
+    against the GPU's usable memory); None for an engine without either (its cache takes what
     memory leaves, ``kv_capacity_tokens``). A rule that leaves nothing gives 0:
     the layout does not fit."""
     if engine.kv_cache_tokens is not None:
@@ -248,7 +254,7 @@ def pool_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferenceP
     total = usable_bytes(gpu)
     context = runtime_context_bytes(plans)
     fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
-    weights = fragmentation * fixed.weights_bytes
+    weights = fixed.weights_bytes       # measured by the engine once loaded (module doc)
     loaded = weights + fragmentation * fixed.activation_bytes + context
     share = rule.share_of(total, engine.max_batched_tokens, plans.tp, plans.pp)
     if rule.of == "free":

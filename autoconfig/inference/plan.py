@@ -11,6 +11,7 @@ import numpy as np
 
 from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import MAX_SEQ_LEN, InputError, shown
+from autoconfig.inference.lengths import check_length_dist
 from autoconfig.training.fp8 import nvfp4_value
 
 PLAN_FIELDS = ("tp", "pp", "batch", "replicas", "ep")
@@ -70,6 +71,9 @@ class InferenceWorkload:
     """Spread of the prompt lengths (standard deviation; 0: every prompt the mean)."""
     output_len_std_tokens: float = 0.0
     """Spread of the output lengths; the lengths above are then the means."""
+    length_dist: str = "gamma"
+    """Law of a job's spread lengths: gamma (a dataset's long tail) or uniform (a
+    synthetic random set), ``autoconfig.inference.lengths``."""
 
     def __post_init__(self) -> None:
         for name in ("input_len_tokens", "output_len_tokens"):
@@ -86,6 +90,7 @@ class InferenceWorkload:
                 flag = "--" + name.replace("_len_std_tokens", "-len-std")
                 raise InputError(f"invalid {flag} {shown(value)}: must be a number of tokens "
                                  f"from 0 to {MAX_SEQ_LEN}")
+        check_length_dist(self.length_dist)
         if self.precision not in SERVING_PRECISIONS:
             raise InputError(f"invalid precision {self.precision!r}: allowed are "
                              f"{', '.join(SERVING_PRECISIONS)}")

@@ -30,6 +30,7 @@ from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.errors import AutoconfigError, InfeasibleError, InputError
 from autoconfig.inference import engine as engines
 from autoconfig.inference.job import Job
+from autoconfig.inference.lengths import LENGTH_DISTS
 from autoconfig.inference.plan import InferenceWorkload
 from autoconfig.inference.search import Limits, Pins, search, static_batch_as_job
 from autoconfig.paths import benchmarks_dir
@@ -44,7 +45,7 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
             "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy",
-            "kv_memory_fraction")
+            "kv_memory_fraction", "length_dist", "overlap_schedule")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -121,7 +122,7 @@ def ask(row) -> pd.Series:
                                 _flag_cell("chunked_prefill", row.chunked_prefill),
                                 None if budget is None else int(budget),
                                 None if pool is None else int(pool), _cell(row.kv_policy),
-                                share)
+                                share, _flag_cell("overlap_schedule", row.overlap_schedule))
     tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]
@@ -130,7 +131,8 @@ def ask(row) -> pd.Series:
     workload = InferenceWorkload(max(1, round(lengths[0])), max(1, round(lengths[1])),
                                  str(row.precision),
                                  optional_float(row.input_len_std_tokens) or 0.0,
-                                 optional_float(row.output_len_std_tokens) or 0.0)
+                                 optional_float(row.output_len_std_tokens) or 0.0,
+                                 _length_law(row.length_dist))
     engines.check_precision(engine, workload.precision)
     batch, rate = optional_float(row.batch), optional_float(row.request_rate_per_s)
     requests, clients = optional_float(row.num_requests), optional_float(row.clients)
@@ -242,6 +244,14 @@ def _scored(row, pred) -> dict:
         scored[f"predicted_{name}"] = value
         scored[f"{name}_error_pct"] = None if measured is None else 100 * (value / measured - 1)
     return scored
+
+
+def _length_law(cell) -> str:
+    """The law of a point's spread lengths: the first word of its ``length_dist``
+    description when that names one (``lengths.LENGTH_DISTS``: 'uniform (random
+    1024/1024, range ratio 0)'), else gamma, the law of a dataset's long tail."""
+    words = str(_cell(cell) or "").split()
+    return words[0] if words and words[0] in LENGTH_DISTS else "gamma"
 
 
 def _median_column(row, metric: str) -> str | None:

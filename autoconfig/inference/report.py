@@ -91,6 +91,9 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
                  f"({e.decode_steps_option} {e.decode_steps})")
     if e.continuous and result.mode == "continuous" and not e.mixed_prefill:
         what += "; prefill-first: a prefill runs alone and the decodes wait for it"
+    if e.continuous and e.overlap_schedule:
+        what += ("; the scheduler builds each step while the one before runs: a new request "
+                 "waits a step longer")
     if not e.prefill_samples_first_token:
         what += ("; a prompt's first token comes from the decode step after its prefill "
                  "(the prefill stops one token short)")
@@ -151,8 +154,9 @@ def _job_text(job, limits) -> str:
     return f"{job.requests} requests {how}"
 
 
-def _length(mean: int, std: float) -> str:
-    return f"{mean}" + (f" +/- {std:.0f}" if std else "")
+def _length(mean: int, std: float, dist: str = "gamma") -> str:
+    law = " uniform" if dist == "uniform" else ""
+    return f"{mean}" + (f" +/- {std:.0f}{law}" if std else "")
 
 
 def headline(result: InferenceSearchResult) -> str:
@@ -160,8 +164,8 @@ def headline(result: InferenceSearchResult) -> str:
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
     job = f", a job of {_job_text(result.job, result.limits)}" if result.job is not None else ""
     return (f"{m.name} ({format_count(total_params(m))} params{active}) inference on {c.nodes} x "
-            f"{c.gpus_per_node} {c.gpu.name}, input {_length(w.input_len_tokens, w.input_len_std_tokens)}, "
-            f"output {_length(w.output_len_tokens, w.output_len_std_tokens)} tokens{job}, "
+            f"{c.gpus_per_node} {c.gpu.name}, input {_length(w.input_len_tokens, w.input_len_std_tokens, w.length_dist)}, "
+            f"output {_length(w.output_len_tokens, w.output_len_std_tokens, w.length_dist)} tokens{job}, "
             f"{w.precision}, objective {result.objective}"
             + (f", engine {result.engine.name} ({result.mode} batching)" if result.engine
                else ""))
@@ -189,6 +193,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "output_len_tokens": result.workload.output_len_tokens,
             "input_len_std_tokens": result.workload.input_len_std_tokens,
             "output_len_std_tokens": result.workload.output_len_std_tokens,
+            "length_dist": result.workload.length_dist,
             "num_requests": result.job.requests if result.job is not None else None,
             "clients": result.job.clients if result.job is not None else None,
             "job_request_rate_per_s": result.job.rate_per_s if result.job is not None else None,
@@ -202,6 +207,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "engine": result.engine.name if result.engine else None,
             "decode_steps": result.engine.decode_steps if result.engine else None,
             "mixed_prefill": result.engine.mixed_prefill if result.engine else None,
+            "overlap_schedule": result.engine.overlap_schedule if result.engine else None,
             "prefill_samples_first_token": (result.engine.prefill_samples_first_token
                                             if result.engine else None),
             "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
