@@ -11,7 +11,10 @@ the last one finishes. Two laws give the lengths their shape:
 - ``uniform``: lengths spread evenly over ``mean -/+ sqrt(3) std`` (a uniform's
   standard deviation is its width over sqrt(12)), as the synthetic "random"
   datasets of vLLM's and SGLang's serving benchmarks draw them
-  (``np.random.randint(L * range_ratio, L + 1)``): no tail beyond the top.
+  (``np.random.randint(L * range_ratio, L + 1)``): no tail beyond the top. A
+  spread wider than the mean allows (bottom below 1 token) is cut at 1, which
+  raises the mean a little: a measured mean a few tokens under ``L/2``, as a
+  run of a few hundred prompts gives, keeps within a token of it.
 
 Std = 0 is fixed lengths under either. The lengths are taken deterministically
 at the ``n`` mid-quantiles ``(i + 1/2)/n`` (of a fixed-seed sample for the
