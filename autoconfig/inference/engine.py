@@ -409,30 +409,32 @@ def with_decode_steps(engine: Engine, steps: int | None) -> Engine:
     return dataclasses.replace(engine, decode_steps=steps)
 
 
+def _switched(engine: Engine, field: str, on: bool | None, refusal: str) -> Engine:
+    """``engine`` with the in-flight setting ``field`` (its ``--field/--no-field``
+    flag) on or off (None: its default); one-line InputError, saying ``refusal``,
+    for an engine that serves static batches."""
+    if on is None or on == getattr(engine, field):
+        return engine
+    if not engine.continuous:
+        flag = "--" + ("" if on else "no-") + field.replace("_", "-")
+        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches, "
+                         f"{refusal}")
+    return dataclasses.replace(engine, **{field: bool(on)})
+
+
 def with_mixed_prefill(engine: Engine, mixed: bool | None) -> Engine:
     """``engine`` with prefill mixed into decode steps or not (None: its default);
     one-line InputError for an engine that serves static batches."""
-    if mixed is None or mixed == engine.mixed_prefill:
-        return engine
-    if not engine.continuous:
-        flag = "--mixed-prefill" if mixed else "--no-mixed-prefill"
-        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches (a "
-                         "batch's prefill, then its decodes); mixing applies to in-flight "
-                         "engines")
-    return dataclasses.replace(engine, mixed_prefill=bool(mixed))
+    return _switched(engine, "mixed_prefill", mixed, "each prefilled, then decoded; "
+                     "mixing applies to in-flight engines")
 
 
 def with_overlap_schedule(engine: Engine, overlap: bool | None) -> Engine:
     """``engine`` scheduling one step ahead of the GPU or not (None: its default;
     SGLang ``--disable-overlap-schedule``, TensorRT-LLM ``disable_overlap_scheduler``,
     vLLM ``--async-scheduling``); one-line InputError for a static engine."""
-    if overlap is None or overlap == engine.overlap_schedule:
-        return engine
-    if not engine.continuous:
-        flag = "--overlap-schedule" if overlap else "--no-overlap-schedule"
-        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches, "
-                         "with no scheduler admitting requests between steps")
-    return dataclasses.replace(engine, overlap_schedule=bool(overlap))
+    return _switched(engine, "overlap_schedule", overlap,
+                     "with no scheduler admitting requests between steps")
 
 
 def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
@@ -440,13 +442,8 @@ def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
     (None: its default; TensorRT-LLM ``enable_chunked_context``, vLLM
     ``--enable-chunked-prefill``); one-line InputError for an engine that serves
     static batches."""
-    if chunked is None or chunked == engine.chunked_prefill:
-        return engine
-    if not engine.continuous:
-        flag = "--chunked-prefill" if chunked else "--no-chunked-prefill"
-        raise InputError(f"invalid {flag}: engine {engine.name} serves static batches, "
-                         "whose prompts run whole; chunking applies to in-flight engines")
-    return dataclasses.replace(engine, chunked_prefill=bool(chunked))
+    return _switched(engine, "chunked_prefill", chunked,
+                     "whose prompts run whole; chunking applies to in-flight engines")
 
 
 KV_POLICIES = ("reserve", "preempt")
