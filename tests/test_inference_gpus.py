@@ -171,3 +171,18 @@ def test_fp8_is_refused_on_a10g(capsys, tmp_path) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "fp8" in lines[0] and "a10g" in lines[0], err
     assert "Traceback" not in err
+
+
+def test_gddr6_boards_hold_what_cuda_reports_with_ecc_on() -> None:
+    """A 48 GB L40S gives 45,589 MiB to CUDA: inline ECC keeps a sixteenth of its
+    GDDR6 (46,080 MiB left) and the driver a little more; HBM boards keep the
+    datasheet rule (80 GiB less the driver's 1%)."""
+    from autoconfig.training.memory import usable_bytes
+    for name in ("l40s", "l4", "a10g"):
+        gpu = catalog.get_gpu(name)
+        usable = usable_bytes(gpu)
+        assert usable == gpu.cuda_memory_mib * 2**20
+        assert 0.9 < usable / (gpu.hbm_capacity_gb * 2**30) < 15 / 16
+    h100 = catalog.get_gpu("h100-80gb")
+    assert h100.cuda_memory_mib is None
+    assert usable_bytes(h100) == pytest.approx(0.99 * 80 * 2**30)

@@ -54,7 +54,8 @@ def gpu_from_yaml(path: Path) -> GPU:
         tdp_w=_optional_positive(data, "tdp_w", path),
         node_power_w=_optional_positive(data, "node_power_w", path),
         peak_fp16_vector_tflops=_optional_positive(data, "peak_fp16_vector_tflops", path),
-        peak_nvfp4_tflops=_optional_positive(data, "peak_nvfp4_tflops", path))
+        peak_nvfp4_tflops=_optional_positive(data, "peak_nvfp4_tflops", path),
+        cuda_memory_mib=_optional_positive(data, "cuda_memory_mib", path))
 
 
 def _generation(data: dict, path: Path) -> str:

@@ -49,6 +49,12 @@ class GPU:
     """FP16 peak of the CUDA cores (no tensor cores), from the architecture
     whitepaper: what a half-precision GEMM whose operands break the tensor cores'
     16-byte alignment runs at; ``None`` where none is published."""
+    cuda_memory_mib: float | None = None
+    """Device memory CUDA reports (``torch.cuda.get_device_properties().total_memory``,
+    deviceQuery) where it falls short of the datasheet's capacity by more than the
+    driver's reservation: GDDR6 boards with ECC on keep 1/16 of it for check bits
+    (48 GiB L40S: 45,589 MiB); ``None``: the datasheet capacity rule
+    (``autoconfig.training.memory.usable_bytes``)."""
 
     @property
     def hbm_capacity_bytes(self) -> float:

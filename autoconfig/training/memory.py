@@ -608,7 +608,10 @@ def memory_breakdown(model: ModelSpec, workload: Workload, plans: PlanTable, *,
 def usable_bytes(gpu: GPU, constants: MemoryConstants | None = None) -> float:
     """HBM a training process can fill: the datasheet's "80GB" is 80 GiB
     (nvidia-smi: 81920 MiB on A100-SXM4-80GB), times the fraction left after
-    the driver's reservation (memory.yaml)."""
+    the driver's reservation (memory.yaml); where the catalog gives what CUDA
+    reports (``GPU.cuda_memory_mib``: ECC on GDDR6 keeps a sixteenth), that."""
+    if gpu.cuda_memory_mib is not None:
+        return gpu.cuda_memory_mib * 2.0**20
     constants = constants or load_constants()
     return gpu.hbm_capacity_gb * constants.datasheet_gb_bytes * constants.usable_fraction
 
