@@ -186,3 +186,11 @@ def test_gddr6_boards_hold_what_cuda_reports_with_ecc_on() -> None:
     h100 = catalog.get_gpu("h100-80gb")
     assert h100.cuda_memory_mib is None
     assert usable_bytes(h100) == pytest.approx(0.99 * 80 * 2**30)
+
+
+def test_the_catalog_lists_the_memory_a_process_can_fill(capsys) -> None:
+    code, out, _ = run_cli(["catalog", "gpus"], capsys)
+    assert code == 0 and "usable GiB" in out
+    l40s = next(line for line in out.splitlines() if line.startswith("l40s "))
+    h100 = next(line for line in out.splitlines() if line.startswith("h100-80gb "))
+    assert " 44.5 " in l40s and " 79.2 " in h100

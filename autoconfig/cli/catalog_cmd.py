@@ -6,6 +6,7 @@ from tabulate import tabulate
 from autoconfig.core import catalog as cat
 from autoconfig.errors import InputError
 from autoconfig.core.model import active_params, total_params
+from autoconfig.training.memory import usable_bytes
 
 
 def _experts(m) -> str:
@@ -14,7 +15,7 @@ def _experts(m) -> str:
         return "-"
     shared = " + shared" if m.moe_shared_expert_ffn_hidden_size else ""
     return f"{m.num_experts} top {m.moe_topk}{shared}"
-from autoconfig.units import format_count
+from autoconfig.units import GIB, format_count
 
 KINDS = ("gpus", "models")
 
@@ -28,10 +29,13 @@ def catalog(kind: str | None) -> None:
         raise InputError(f"{what}: use `autoconfig catalog {'|'.join(KINDS)}`")
     if kind == "gpus":
         rows = [(g.name, ", ".join(g.aliases), g.peak_bf16_tflops, g.peak_fp8_tflops or "-",
-                 f"{g.peak_nvfp4_tflops:g}" if g.peak_nvfp4_tflops else "-", g.hbm_capacity_gb, g.hbm_bandwidth_gb_per_s, g.nvlink_bandwidth_gb_per_s,
-                 g.gpus_per_node, g.internode_bandwidth_gb_per_s) for g in cat.all_gpus()]
-        headers = ("gpu", "aliases", "bf16 TFLOP/s", "fp8 TFLOP/s", "nvfp4 TFLOP/s", "HBM GB", "HBM GB/s",
-                   "NVLink GB/s", "GPUs/node", "IB GB/s/GPU")
+                 f"{g.peak_nvfp4_tflops:g}" if g.peak_nvfp4_tflops else "-", g.hbm_capacity_gb,
+                 f"{usable_bytes(g) / GIB:.1f}", g.hbm_bandwidth_gb_per_s,
+                 g.nvlink_bandwidth_gb_per_s, g.gpus_per_node, g.internode_bandwidth_gb_per_s)
+                for g in cat.all_gpus()]
+        # usable: what a process can fill (ECC on GDDR6 and the driver keep the rest)
+        headers = ("gpu", "aliases", "bf16 TFLOP/s", "fp8 TFLOP/s", "nvfp4 TFLOP/s", "HBM GB",
+                   "usable GiB", "HBM GB/s", "NVLink GB/s", "GPUs/node", "IB GB/s/GPU")
     else:
         rows = [(m.name, m.family, m.size_label, format_count(total_params(m)),
                  format_count(active_params(m)), _experts(m), m.num_layers,
