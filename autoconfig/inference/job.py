@@ -247,13 +247,14 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
         return float(prompt[r] + (resume[r] + 1 if reserve_output else 0))
 
     while waiting or prefilling or len(ids) or deferred or (timed and next_sent < n):
-        if not (waiting or prefilling or len(ids)):
-            lag = 0.0                           # an idle scheduler builds at once
+        idle = not (waiting or prefilling or len(ids))
+        if idle:                                # an idle scheduler builds at once
+            lag = 0.0
             waiting.extend(deferred)
             deferred = []
-        if timed:
+        if timed:                               # (timed jobs defer nothing: still idle)
             clock.sync(segments.rows, not_before)
-            if not (waiting or prefilling or len(ids)):
+            if idle:
                 clock.now = max(clock.now, float(arrivals_s[next_sent]))    # idle till then
             built = clock.now - (lag if overlap else 0.0)   # what the starting step saw
             while next_sent < n and arrivals_s[next_sent] <= built:
