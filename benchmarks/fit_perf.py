@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
     values = {k: get_value(fitted, k) for k in FREE}
     for k, v in values.items():
         print(f"{'.'.join(k)}: {v:.4g}")
-    print(f"loss (source-balanced mean squared log ratio): {loss(runs, fitted):.5f} "
+    print(f"loss (source-balanced mean absolute log ratio): {loss(runs, fitted):.5f} "
           f"(before: {loss(runs, base):.5f}); MAPE {np.mean([r.abs_pct_error for r in rows]):.1f}% "
           f"over {len(rows)} rows; " + ", ".join(f"{s} {np.mean(e):.1f}%"
                                                for s, e in sorted(by_source.items())))

@@ -17,9 +17,14 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 6.0, "S04": 3.9, "S05": 3.3, "S08": 5.2, "S09": 6.5, "S10": 5.6,
-                   "S15": 14.3, "S18": 6.0, "S19": 9.8}
-"""Since NVFP4 runs are modelled (training.fp8.nvfp4_gemm_speedup, predicted and never
+PINNED_MAPE_PCT = {"S01": 3.9, "S04": 2.8, "S05": 3.4, "S08": 4.5, "S09": 6.1, "S10": 5.3,
+                   "S15": 16.8, "S18": 5.0, "S19": 10.2}
+"""Since the fit minimises the mean absolute log ratio instead of the squared one
+(autoconfig.validation.calibration: why): S01 6.0% -> 3.9%, S04 3.9% -> 2.8%, S08 5.2% ->
+4.5%, S09 6.5% -> 6.1%, S10 5.6% -> 5.3%, S18 6.0% -> 5.0%; S05 3.3% -> 3.4%, S19 9.8% ->
+10.2% and S15 14.3% -> 16.8% (its 175B half, in doubt, no longer sets the Ampere
+efficiency); overall 6.8% -> 6.5%, held out 8.3% -> 8.0%.
+Since NVFP4 runs are modelled (training.fp8.nvfp4_gemm_speedup, predicted and never
 fitted) S08 counts its four NVFP4 rows: 3.0% -> 5.2% over 14 rows (its 10 FP8 rows still
 3.0%; the two GB200 405B NVFP4 rows 12-14% slow, the 70B ones 9.1% and 7.4% fast).
 Since the FP8 GEMM roofline reads its inputs as 1-byte elements (step_time.gemm_time_s;
@@ -41,9 +46,10 @@ model now 6.0% fast: the elementwise factor the loss had partly stood in for fel
 With fused attention's measured per-query-tile cost on Hopper (heuristics/perf.yaml
 attention_tile_keys; benchmarks/gpu/attention.csv) S09 went 6.7% -> 6.5%, S01 5.8% ->
 5.9%, S10 5.5% -> 5.6%, S15 14.6% -> 14.5% (held out: S09 8.8% -> 7.3%, S08 9.6% -> 8.7%)."""
-PINNED_OVERALL_PCT = 6.8
-PINNED_SPEARMAN = 0.79
+PINNED_OVERALL_PCT = 6.5
+PINNED_SPEARMAN = 0.78
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
+0.80 since the absolute loss's refit (held out 0.64 -> 0.67).
 0.81 since the FP8 GEMM roofline reads 1-byte inputs (the MXFP8 MoE groups of S19 and
 the FP8 recipes of S08 order better).
 0.77 since the S08 rows of releases before 26.04 left (their GB300 group of three,

@@ -275,3 +275,30 @@ def test_llm_foundry_rows_of_every_sequence_length_are_shipped_and_used(runs):
     # Flash attention, but llm-foundry's kernel, not Transformer Engine's fused path.
     assert all(r.software.flash_attention and r.software.attention_kernel == "llm-foundry"
                for r in s09)
+
+
+def test_the_fit_loss_is_the_source_balanced_mean_absolute_log_ratio(runs):
+    """Absolute, not squared (calibration module docstring): a row 28% off weighs
+    about 2.5x one 10% off in its source's mean, not 7x."""
+    from autoconfig.training.step_time import load_constants
+    from autoconfig.validation.calibration import loss
+    picked = [r for r in runs.values() if r.usable and r.source_id in ("S04", "S15")]
+    per_source: dict = {}
+    for r in evaluate_rows(picked, load_constants()):
+        per_source.setdefault(r.run.source_id, []).append(abs(np.log(r.predicted / r.measured)))
+    expected = np.mean([np.mean(v) for v in per_source.values()])
+    assert loss(picked, load_constants()) == pytest.approx(expected, rel=1e-12)
+    squared = np.mean([np.mean(np.square(v)) for v in per_source.values()])
+    assert abs(loss(picked, load_constants()) - squared) > 0.01
+
+
+def test_cross_validation_in_processes_gives_the_serial_figures(runs):
+    from autoconfig.training.step_time import load_constants
+    from autoconfig.validation.calibration import cross_validate
+    picked = [r for r in runs.values() if r.usable and r.source_id in ("S04", "S05", "S15")]
+    serial = cross_validate(picked, load_constants(), iterations=4, workers=1)
+    parallel = cross_validate(picked, load_constants(), iterations=4, workers=2)
+    assert set(serial.held_out_pct) == {"S04", "S05", "S15"}
+    assert parallel.held_out_pct == serial.held_out_pct
+    assert parallel.held_out_predictions == serial.held_out_predictions
+    assert len(serial.held_out_predictions) == len(picked)
