@@ -111,3 +111,53 @@ def test_profiling_refuses_a_stack_it_would_not_run(tmp_path, capsys):
                               "--device", "cpu", "--no-plots", "-o", str(tmp_path / "o")], capsys)
     assert code != 0 and "stack pytorch-fsdp runs pytorch-fsdp" in err
     assert err.strip().count("\n") == 0 and not (tmp_path / "o").exists()
+
+
+def _recompute_s(stack, model, early_stop, recompute="full", mbs=4):
+    from autoconfig.training.step_time import step_time
+    features = with_overrides(load_stack(stack).features, recompute_early_stop=early_stop)
+    plan = Plan(tp=1, pp=1, dp=8, mbs=mbs, recompute=recompute, distributed_optimizer=True)
+    out = step_time(model, Workload(64, 2048), PlanTable.from_plans([plan]), Cluster(H100, 1, 8),
+                    software=features)
+    return float(out.recompute_s[0]), float(out.step_time_s[0])
+
+
+def test_an_early_stopping_recompute_skips_each_layers_down_projection():
+    """PyTorch's non-reentrant checkpoint stops once the down projection's input,
+    the last tensor a dense layer saves, is rebuilt: the recompute is shorter by
+    exactly that GEMM's forward in every layer of every micro-batch."""
+    from autoconfig.training.step_time import _gemm_timer, load_constants
+    model = get_model("gpt3", "1.3b")
+    assert load_stack("llm-foundry").features.recompute_early_stop
+    assert load_stack("pytorch-fsdp").features.recompute_early_stop
+    assert not load_stack("megatron-lm").features.recompute_early_stop
+    full, _ = _recompute_s("llm-foundry", model, False)
+    early, _ = _recompute_s("llm-foundry", model, True)
+    tokens = 4 * 2048
+    h, f = model.hidden_size, model.ffn_hidden_size
+    down = _gemm_timer(H100, load_constants())(2.0 * f * h * tokens, tokens, h, f)
+    micro = 64 // (8 * 4)
+    assert full - early == pytest.approx(micro * model.num_layers * down, rel=1e-9)
+    # The down projection is a third of a 4h GELU layer's weight FLOPs, less of its time.
+    assert 0.15 < (full - early) / full < 1.0 / 3.0
+
+
+def test_an_early_stopping_recompute_changes_nothing_without_recompute_or_on_moe_layers():
+    model = get_model("gpt3", "1.3b")
+    assert _recompute_s("llm-foundry", model, True, "none") == \
+        _recompute_s("llm-foundry", model, False, "none")
+    moe = get_model("qwen3-30b-a3b")
+    assert _recompute_s("pytorch-fsdp", moe, True, mbs=1) == \
+        _recompute_s("pytorch-fsdp", moe, False, mbs=1)
+
+
+def test_the_early_stop_override_reaches_estimate(capsys):
+    base = ["estimate", "--model", "gpt3", "--size", "1.3b", "--gpu", "h100-80gb", "--gpus", "8",
+            "--mbs", "4", "--gbs", "64", "--recompute", "full", "--stack", "llm-foundry",
+            "--format", "json"]
+    times = {}
+    for flag in ("--recompute-early-stop", "--no-recompute-early-stop"):
+        code, out, _ = run_cli([*base, flag], capsys)
+        assert code == 0
+        times[flag] = json.loads(out)["time_breakdown_s"]["recompute"]
+    assert times["--recompute-early-stop"] < times["--no-recompute-early-stop"]

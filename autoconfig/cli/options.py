@@ -272,6 +272,10 @@ def stack_options(func):
                           "compute (--overlap-moe-expert-parallel-comm)."),
         click.option("--moe-grouped-gemm/--no-moe-grouped-gemm", default=None,
                      help="Override: a rank's experts run as one grouped GEMM."),
+        click.option("--recompute-early-stop/--no-recompute-early-stop", default=None,
+                     help="Override: full recompute stops before a dense layer's last GEMM "
+                          "(PyTorch's non-reentrant checkpoint, on for the FSDP stacks); off: "
+                          "the whole forward again (Megatron's checkpoint)."),
         click.option("--moe-imbalance", type=float, default=None,
                      help="MoE: tokens of the busiest expert rank over the mean (default 1.0: "
                           "balanced, as the published benchmarks force)."),

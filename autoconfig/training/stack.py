@@ -143,6 +143,15 @@ class SoftwareFeatures:
     what exceeds the micro-batch's compute, plus the first layer's gather that
     nothing precedes, is exposed; off: all of it."""
 
+    recompute_early_stop: bool = False
+    """Full recompute runs under PyTorch's non-reentrant checkpoint, which stops
+    recomputing a layer once the last tensor its backward needs is rebuilt
+    (torch.utils.checkpoint ``_enable_checkpoint_early_stop = True``, PyTorch
+    2.1 on). An op saves its inputs before it runs, so the MLP's down projection,
+    whose input is the last tensor saved, is not recomputed, nor what follows it
+    (the residual add): a recomputed dense layer costs its forward less that
+    GEMM. Off: the whole forward again (Megatron's and DeepSpeed's reentrant
+    checkpoint functions, Transformer Engine's checkpoint)."""
     fp8_recipe: str = ""
     """FP8 runs: the Transformer Engine recipe (``autoconfig.training.fp8``:
     delayed, tensorwise, mxfp8, blockwise); empty: the one the Megatron-Bridge
@@ -359,7 +368,8 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "tp_async_backward": "tp_async_backward",
                     "overlap_p2p_comm": "overlap_p2p_comm",
                     "moe_a2a_overlap": "moe_a2a_overlap",
-                    "moe_grouped_gemm": "moe_grouped_gemm"}
+                    "moe_grouped_gemm": "moe_grouped_gemm",
+                    "recompute_early_stop": "recompute_early_stop"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
              "moe_imbalance", "moe_capacity_factor", "fp8_recipe", "cross_entropy")

@@ -492,7 +492,8 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     block = plans.recomputes("moe" if "ep_comm" in times else "mlp")
     modules = (np.where(plans.recomputes("mla_up_proj"), times["mla_up"], 0.0)
                + np.where(block, times["mlp_fwd"], 0.0))
-    recompute = np.where(plans.recompute == _FULL, rc_layers * layer_fwd,
+    full = layer_fwd - np.where(sw.recompute_early_stop, times["last_gemm"], 0.0)
+    recompute = np.where(plans.recompute == _FULL, rc_layers * full,
                          np.where(plans.recompute == _SELECTIVE,
                                   layers * (attn + times["scores"] + modules), 0.0))
     # Forward + backward: 3 x forward for the GEMMs, the attention core its own backward.
@@ -621,7 +622,12 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
                                       gemms[attention_gemms] if len(gemms) > attention_gemms
                                       else 0.0),
             "scores": factor * (total - linear), "logits": logits, "loss": loss,
-            "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm)}
+            "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm),
+            # The MLP's down projection, the last GEMM of a dense layer: what a
+            # recompute that stops early skips (``_early_stop_skip_s``). An MoE
+            # block's combine saves the experts' outputs after their down GEMM,
+            # so nothing is skipped there.
+            "last_gemm": gemms[-1] if kind != "moe" and len(gemms) > attention_gemms else 0.0}
 
 
 def _encoder_decoder_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: GPU,

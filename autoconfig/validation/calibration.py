@@ -15,7 +15,7 @@ errors, which the absolute log ratio approximates, and a squared loss lets one
 source whose table is in doubt pull every shared constant quadratically (the
 11 NeMo-launcher rows, 28% off on their 175B half, set the Ampere efficiency
 under the squared loss: in-sample 6.8% and held out 8.3% there, against 6.5%
-and 7.8% with this one).
+and 8.0% with this one, before anything else changed).
 
 Leave-one-source-out: for each source, refit on the others and predict it. A
 constant that no remaining row informs (a framework or kernel only that source
