@@ -302,3 +302,17 @@ def test_cross_validation_in_processes_gives_the_serial_figures(runs):
     assert parallel.held_out_pct == serial.held_out_pct
     assert parallel.held_out_predictions == serial.held_out_predictions
     assert len(serial.held_out_predictions) == len(picked)
+
+
+def test_a_target_prints_as_many_decimals_as_its_verdict_needs():
+    from autoconfig.validation.scoring import format_targets
+    lines = format_targets([("within-group Spearman (weighted), in-sample", 0.7996, ">= 0.8",
+                             False),
+                            ("throughput MAPE overall, leave-one-source-out", 6.994, "<= 7%",
+                             True),
+                            ("throughput MAPE overall, in-sample", 7.04, "<= 7%", False),
+                            ("throughput MAPE S01, in-sample", 3.41, "<= 5%", True)])
+    assert "  MISSED  within-group Spearman (weighted), in-sample: 0.7996 (target >= 0.8)" in lines
+    assert "  met     throughput MAPE overall, leave-one-source-out: 7.0% (target <= 7%)" in lines
+    assert "  MISSED  throughput MAPE overall, in-sample: 7.04% (target <= 7%)" in lines
+    assert "  met     throughput MAPE S01, in-sample: 3.4% (target <= 5%)" in lines

@@ -7,6 +7,7 @@ groups of runs measured in one setting, the Spearman rank correlation between
 predicted and measured step time (ranking plans right is the search's job).
 """
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -363,10 +364,24 @@ def format_cross_validation(stored: dict | None, why: str) -> list[str]:
 def format_targets(rows) -> list[str]:
     lines = ["Targets:"]
     for name, value, target, met in rows:
-        shown = "n/a" if not np.isfinite(value) else (
-            f"{value:.2f}" if "Spearman" in name else f"{value:.1f}%")
+        percent = "Spearman" not in name
+        shown = "n/a" if not np.isfinite(value) else _shown(value, target, met, percent)
         lines.append(f"  {'met   ' if met else 'MISSED'}  {name}: {shown} (target {target})")
     return lines
+
+
+def _shown(value: float, target: str, met: bool, percent: bool) -> str:
+    """``value`` with as many decimals as it takes for the printed figure to sit on
+    the side of ``target`` (e.g. ">= 0.8") that ``met`` says: 0.7996 against 0.8
+    prints 0.7996, not a missed 0.80."""
+    match = re.fullmatch(r"(<=|>=) ([0-9.]+)%?", target)
+    digits = 1 if percent else 2
+    while match and digits < 6:
+        rounded, limit = round(value, digits), float(match.group(2))
+        if (rounded <= limit if match.group(1) == "<=" else rounded >= limit) == met:
+            break
+        digits += 1
+    return f"{value:.{digits}f}" + ("%" if percent else "")
 
 
 def _plan_text(run: Run) -> str:
