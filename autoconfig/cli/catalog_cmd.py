@@ -7,17 +7,17 @@ from autoconfig.core import catalog as cat
 from autoconfig.errors import InputError
 from autoconfig.core.model import active_params, total_params
 from autoconfig.training.memory import usable_bytes
+from autoconfig.units import GIB, format_count
+
+KINDS = ("gpus", "models")
 
 
 def _experts(m) -> str:
-    """'256 (top 8, 1 shared)' style, '-' for a dense model."""
+    """'256 top 8 + shared' style, '-' for a dense model."""
     if not m.is_moe:
         return "-"
     shared = " + shared" if m.moe_shared_expert_ffn_hidden_size else ""
     return f"{m.num_experts} top {m.moe_topk}{shared}"
-from autoconfig.units import GIB, format_count
-
-KINDS = ("gpus", "models")
 
 
 @click.command()
