@@ -305,13 +305,14 @@ def test_cross_validation_in_processes_gives_the_serial_figures(runs):
 
 
 def test_a_target_prints_as_many_decimals_as_its_verdict_needs():
-    from autoconfig.validation.scoring import format_targets
-    lines = format_targets([("within-group Spearman (weighted), in-sample", 0.7996, ">= 0.8",
-                             False),
-                            ("throughput MAPE overall, leave-one-source-out", 6.994, "<= 7%",
-                             True),
-                            ("throughput MAPE overall, in-sample", 7.04, "<= 7%", False),
-                            ("throughput MAPE S01, in-sample", 3.41, "<= 5%", True)])
+    from autoconfig.validation.scoring import Target, format_targets
+    rows = [("within-group Spearman (weighted), in-sample", 0.7996, Target(">=", 0.8, False)),
+            ("throughput MAPE overall, leave-one-source-out", 6.994, Target("<=", 7.0)),
+            ("throughput MAPE overall, in-sample", 7.04, Target("<=", 7.0)),
+            ("throughput MAPE S01, in-sample", 3.41, Target("<=", 5.0))]
+    lines = format_targets([(name, value, target, target.met(value))
+                            for name, value, target in rows])
+    assert [target.met(value) for _, value, target in rows] == [False, True, False, True]
     assert "  MISSED  within-group Spearman (weighted), in-sample: 0.7996 (target >= 0.8)" in lines
     assert "  met     throughput MAPE overall, leave-one-source-out: 7.0% (target <= 7%)" in lines
     assert "  MISSED  throughput MAPE overall, in-sample: 7.04% (target <= 7%)" in lines

@@ -492,7 +492,7 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     block = plans.recomputes("moe" if "ep_comm" in times else "mlp")
     modules = (np.where(plans.recomputes("mla_up_proj"), times["mla_up"], 0.0)
                + np.where(block, times["mlp_fwd"], 0.0))
-    full = layer_fwd - np.where(sw.recompute_early_stop, times["last_gemm"], 0.0)
+    full = layer_fwd - (times["last_gemm"] if sw.recompute_early_stop else 0.0)
     recompute = np.where(plans.recompute == _FULL, rc_layers * full,
                          np.where(plans.recompute == _SELECTIVE,
                                   layers * (attn + times["scores"] + modules), 0.0))

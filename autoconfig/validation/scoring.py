@@ -7,7 +7,6 @@ groups of runs measured in one setting, the Spearman rank correlation between
 predicted and measured step time (ranking plans right is the search's job).
 """
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,29 +270,43 @@ def held_out_groups(report: ValidationReport, predictions: dict) -> list[GroupRe
     return rank_groups(rows)
 
 
-def targets(report: ValidationReport, stored: dict | None) -> list[tuple[str, float, str, bool]]:
+@dataclass(frozen=True)
+class Target:
+    """A headline target: the figure must be ``op`` (``<=`` or ``>=``) ``limit``."""
+
+    op: str
+    limit: float
+    percent: bool = True
+
+    def met(self, value: float) -> bool:
+        return bool(value <= self.limit if self.op == "<=" else value >= self.limit)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.limit:g}" + ("%" if self.percent else "")
+
+
+def targets(report: ValidationReport, stored: dict | None) -> list[tuple[str, float, Target, bool]]:
     """(name, value, target, met) for every headline target."""
-    out = [("throughput MAPE overall, in-sample", report.mape, f"<= {TARGET_MAPE_PCT:g}%",
-            report.mape <= TARGET_MAPE_PCT)]
+    def row(name: str, value: float, target: Target) -> tuple[str, float, Target, bool]:
+        return name, value, target, target.met(value)
+
+    out = [row("throughput MAPE overall, in-sample", report.mape, Target("<=", TARGET_MAPE_PCT))]
     s01 = report.mape_by_source().get("S01")
     if s01 is not None:
-        out.append(("throughput MAPE S01, in-sample", s01, f"<= {TARGET_MAPE_S01_PCT:g}%",
-                    s01 <= TARGET_MAPE_S01_PCT))
-    rho = weighted_spearman(report.groups)
-    out.append(("within-group Spearman (weighted), in-sample", rho, f">= {TARGET_SPEARMAN:g}",
-                bool(rho >= TARGET_SPEARMAN)))
+        out.append(row("throughput MAPE S01, in-sample", s01, Target("<=", TARGET_MAPE_S01_PCT)))
+    out.append(row("within-group Spearman (weighted), in-sample", weighted_spearman(report.groups),
+                   Target(">=", TARGET_SPEARMAN, percent=False)))
     if stored is None:
         out.append(("leave-one-source-out figures", float("nan"), "current", False))
         return out
-    held = stored["held_out_overall_pct"]
-    out.append(("throughput MAPE overall, leave-one-source-out", held,
-                f"<= {TARGET_HELD_OUT_MAPE_PCT:g}%", held <= TARGET_HELD_OUT_MAPE_PCT))
+    out.append(row("throughput MAPE overall, leave-one-source-out",
+                   stored["held_out_overall_pct"], Target("<=", TARGET_HELD_OUT_MAPE_PCT)))
     worst, worst_pct = max(stored["held_out_pct"].items(), key=lambda kv: kv[1])
-    out.append((f"worst source held out ({worst})", worst_pct,
-                f"<= {TARGET_HELD_OUT_SOURCE_PCT:g}%", worst_pct <= TARGET_HELD_OUT_SOURCE_PCT))
-    rho = stored["held_out_spearman_weighted"]
-    out.append(("within-group Spearman (weighted), leave-one-source-out", rho,
-                f">= {TARGET_HELD_OUT_SPEARMAN:g}", bool(rho >= TARGET_HELD_OUT_SPEARMAN)))
+    out.append(row(f"worst source held out ({worst})", worst_pct,
+                   Target("<=", TARGET_HELD_OUT_SOURCE_PCT)))
+    out.append(row("within-group Spearman (weighted), leave-one-source-out",
+                   stored["held_out_spearman_weighted"],
+                   Target(">=", TARGET_HELD_OUT_SPEARMAN, percent=False)))
     return out
 
 
@@ -364,24 +377,19 @@ def format_cross_validation(stored: dict | None, why: str) -> list[str]:
 def format_targets(rows) -> list[str]:
     lines = ["Targets:"]
     for name, value, target, met in rows:
-        percent = "Spearman" not in name
-        shown = "n/a" if not np.isfinite(value) else _shown(value, target, met, percent)
+        shown = "n/a" if not np.isfinite(value) else _shown(value, target, met)
         lines.append(f"  {'met   ' if met else 'MISSED'}  {name}: {shown} (target {target})")
     return lines
 
 
-def _shown(value: float, target: str, met: bool, percent: bool) -> str:
+def _shown(value: float, target: Target, met: bool) -> str:
     """``value`` with as many decimals as it takes for the printed figure to sit on
-    the side of ``target`` (e.g. ">= 0.8") that ``met`` says: 0.7996 against 0.8
-    prints 0.7996, not a missed 0.80."""
-    match = re.fullmatch(r"(<=|>=) ([0-9.]+)%?", target)
-    digits = 1 if percent else 2
-    while match and digits < 6:
-        rounded, limit = round(value, digits), float(match.group(2))
-        if (rounded <= limit if match.group(1) == "<=" else rounded >= limit) == met:
-            break
+    the side of ``target`` that ``met`` says: 0.7996 against ">= 0.8" prints 0.7996,
+    not a missed 0.80."""
+    digits = 1 if target.percent else 2
+    while digits < 6 and target.met(round(value, digits)) != met:
         digits += 1
-    return f"{value:.{digits}f}" + ("%" if percent else "")
+    return f"{value:.{digits}f}" + ("%" if target.percent else "")
 
 
 def _plan_text(run: Run) -> str:
