@@ -59,14 +59,19 @@ def test_share_rules_follow_each_engines_formula(name, expected):
 def test_sglang_derives_its_share_from_a_reserve():
     # H100 80GB at TP 1: 512 + 1.5 x 8,192 + 2 x 256 + 128 = 13,440 MiB kept out of the
     # share (over the 10 GiB floor); at TP 2, 128 MiB more.
-    rule = engines.get_engine("sglang").kv_pool
+    # The graph term is the engine's own decode graph batch (256 below TP 4, 512 from it).
+    sglang = engines.get_engine("sglang")
+    rule = sglang.kv_pool
     t = usable_bytes(GPU)
-    share = rule.share_of(t, 8192, np.array([1, 2]), np.array([1, 1]))
+    tp = np.array([1, 2])
+    share = rule.share_of(t, 8192, tp, np.array([1, 1]), sglang.graph_max_seqs(tp))
     assert share == pytest.approx(1 - np.array([13440, 13568]) * 2**20 / t)
+    assert rule.share_of(t, 8192, 4, 1, sglang.graph_max_seqs(4)) == pytest.approx(
+        1 - (512 + 1.5 * 8192 + 2 * 512 + 512) * 2**20 / t)
     # a small budget on a small GPU: no floor, the chunk term at its 2,048 minimum
     l40s = usable_bytes(get_gpu("l40s"))
-    assert rule.share_of(l40s, 512, 1, 1) == pytest.approx(1 - (512 + 3072 + 512 + 128)
-                                                           * 2**20 / l40s)
+    assert rule.share_of(l40s, 512, 1, 1, 256) == pytest.approx(1 - (512 + 3072 + 512 + 128)
+                                                                * 2**20 / l40s)
     t, w, a, c, per_token = _parts()
     tokens = _tokens(engines.get_engine("sglang"))
     assert np.array_equal(tokens, np.floor((share * t - w - c) / per_token))   # page size 1

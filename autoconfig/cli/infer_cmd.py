@@ -102,6 +102,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "runs (SGLang, TensorRT-LLM's PyTorch backend; vLLM --async-scheduling), "
                    "so a new request waits a step longer for its first token; default the "
                    "engine's.")
+@click.option("--cuda-graph-max-batch", type=int, default=None,
+              help="In-flight engines that capture decode steps as CUDA graphs up to a batch "
+                   "(SGLang --cuda-graph-max-bs): larger decode batches, and prefills, launch "
+                   "every kernel eagerly and pay its host time; default the engine's (SGLang "
+                   "0.5: 256, 512 from TP 4; 0.3-0.4: 160).")
 @click.option("--max-batched-tokens", type=int, default=None,
               help="In-flight engines: tokens one step may process, prompt chunks and decodes "
                    "(vLLM --max-num-batched-tokens, TensorRT-LLM max_num_tokens, SGLang "
@@ -200,7 +205,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
-          overlap_schedule,
+          overlap_schedule, cuda_graph_max_batch,
           max_batched_tokens, kv_cache_tokens, kv_memory_fraction, chunked_prefill, kv_policy,
           batching, batch, concurrency,
           request_rate, limit_statistic, disaggregated, tp,
@@ -238,7 +243,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)
     engine = engines.configured(engine_name, decode_steps, mixed_prefill, chunked_prefill,
                                 max_batched_tokens, kv_cache_tokens, kv_policy,
-                                kv_memory_fraction, overlap_schedule)
+                                kv_memory_fraction, overlap_schedule, cuda_graph_max_batch)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

@@ -37,8 +37,7 @@ KV_CACHES = ("contiguous", "paged")
 KV_POOL_BASES = ("free", "total", "static")
 """What an engine's KV memory share is a share of (``KvPoolRule``)."""
 RESERVE_TERMS = ("base_mib", "mib_per_chunk_token", "min_chunk_tokens", "mib_per_graph_seq",
-                 "graph_seqs", "graph_seqs_from_tp4", "mib_per_replica_gpu", "floor_mib",
-                 "floor_above_gib")
+                 "mib_per_replica_gpu", "floor_mib", "floor_above_gib")
 """The terms of a reserve rule (``KvPoolRule.reserve``), all required."""
 
 
@@ -58,7 +57,8 @@ class KvPoolRule:
 
     ``share`` or, where the engine derives it, ``reserve``: the MiB it keeps out
     of the share, ``base + per chunk token x max(budget, min chunk) + per graph
-    sequence x graph batch + per replica GPU x TP x PP``, at least ``floor``
+    sequence x the engine's largest graph batch (``Engine.graph_max_seqs``) + per
+    replica GPU x TP x PP``, at least ``floor``
     on GPUs over ``floor_above_gib`` (SGLang's ``_handle_gpu_memory_settings``),
     so ``share = 1 - reserve / T``."""
 
@@ -66,12 +66,13 @@ class KvPoolRule:
     share: float | None = None
     reserve: tuple[tuple[str, float], ...] = ()
 
-    def share_of(self, total_bytes: float, budget_tokens, tp, pp):
-        """The share at this GPU memory, step budget and layout (arrays allowed)."""
+    def share_of(self, total_bytes: float, budget_tokens, tp, pp, graph_seqs=0):
+        """The share at this GPU memory, step budget, layout and largest decode
+        batch captured as a CUDA graph (arrays allowed)."""
         if self.share is not None:
             return self.share
         r = dict(self.reserve)
-        graph = np.where(np.asarray(tp) >= 4, r["graph_seqs_from_tp4"], r["graph_seqs"])
+        graph = np.asarray(graph_seqs, dtype=float)
         mib = (r["base_mib"] + r["mib_per_chunk_token"] * max(budget_tokens or 0,
                                                               r["min_chunk_tokens"])
                + r["mib_per_graph_seq"] * graph
@@ -140,6 +141,9 @@ class Engine:
     kernel_launch_s: float
     """Host cost of one kernel launch on the path this engine uses (graph replay
     or eager launches)."""
+    eager_launch_s: float
+    """Host cost of one kernel launched eagerly: every kernel of an engine without
+    CUDA graphs, and of the steps an engine's graphs do not cover (``graph_steps``)."""
     kernels_per_layer: int
     """Kernels one transformer layer launches in a decode step."""
     attention_kernel: str
@@ -171,6 +175,12 @@ class Engine:
     """How the engine sizes its KV pool from memory when its user did not set it
     (``KvPoolRule``); None: what memory leaves once the weights and activations
     are placed, less the allocator's fragmentation."""
+    graph_steps: tuple[int, int, bool] | None = None
+    """Which steps an engine with CUDA graphs replays as one: (largest decode
+    batch below TP 4, from TP 4, whether steps that prefill are covered). A
+    larger decode batch, or a step with prompt tokens where they are not
+    covered, launches its kernels eagerly (``eager_launch_s``). None: every step
+    replays a graph."""
     moe_kernels: tuple[int, int, float] = (0, 0, 1.0)
     """(kernels an MoE layer launches beyond a dense one, kernels per local expert,
     host time of an expert's operator as a fraction of a dense layer's), where the
@@ -197,6 +207,28 @@ class Engine:
         their share of a dense operator's host time."""
         extra, per_expert, share = self.moe_kernels
         return self.kernels_for(model) + extra + per_expert * share * np.asarray(local_experts)
+
+    def graph_max_seqs(self, tp):
+        """Largest decode batch replayed as a CUDA graph at TP ``tp`` (arrays
+        allowed); 0 where the engine captures none, inf where graphs cover every batch."""
+        tp = np.asarray(tp)
+        if not self.cuda_graphs:
+            return np.zeros(tp.shape)
+        if self.graph_steps is None:
+            return np.full(tp.shape, np.inf)
+        below, from_tp4, _ = self.graph_steps
+        return np.where(tp >= 4, float(from_tp4), float(below))
+
+    def launch_s(self, tp, decode_seqs, prefill_tokens):
+        """Host cost per kernel of a step with these loads (arrays broadcast): the
+        graph path where the engine's graphs cover the step, else eager."""
+        if not self.cuda_graphs:
+            return np.full(np.broadcast(tp, decode_seqs, prefill_tokens).shape,
+                           self.eager_launch_s)
+        covered = np.asarray(decode_seqs) <= self.graph_max_seqs(tp)
+        if self.graph_steps is not None and not self.graph_steps[2]:
+            covered = covered & (np.asarray(prefill_tokens) <= 0)
+        return np.where(covered, self.kernel_launch_s, self.eager_launch_s)
 
     @property
     def decode_step_overhead_s(self) -> float:
@@ -255,15 +287,32 @@ def _choice(value, allowed: tuple, key: str, path: Path) -> str:
     return value
 
 
-def _launch_s(raw, cuda_graphs: bool, path: Path) -> float:
-    """One number, or ``{eager: s, cuda_graph: s}`` picked by the engine's launch path."""
-    if isinstance(raw, dict):
-        keys = ("cuda_graph", "graphs") if cuda_graphs else ("eager",)
-        raw = next((raw[k] for k in keys if k in raw), None)
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
-        raise CatalogError(f"{path}: field 'kernel_launch_s' needs a non-negative number "
-                           "(or eager/graphs numbers)")
-    return float(raw)
+def _launch_s(raw, cuda_graphs: bool, path: Path) -> tuple[float, float]:
+    """(per kernel on the engine's launch path, per kernel launched eagerly) from
+    one number (both) or ``{eager: s, cuda_graph: s}``."""
+    def checked(value) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise CatalogError(f"{path}: field 'kernel_launch_s' needs a non-negative number "
+                               "(or eager/cuda_graph numbers)")
+        return float(value)
+    if not isinstance(raw, dict):
+        return checked(raw), checked(raw)
+    eager = checked(raw.get("eager"))
+    graph = checked(raw.get("cuda_graph")) if cuda_graphs else eager
+    return graph, eager
+
+
+def _graph_steps(raw, path: Path) -> tuple[int, int, bool]:
+    """The ``cuda_graph_steps`` mapping: ``max_decode_seqs`` and
+    ``max_decode_seqs_from_tp4`` (positive integers) and ``prefill`` (bool)."""
+    counts = (raw.get("max_decode_seqs"), raw.get("max_decode_seqs_from_tp4"))
+    prefill = raw.get("prefill")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in counts) \
+            or not isinstance(prefill, bool):
+        raise CatalogError(f"{path}: field 'cuda_graph_steps' needs positive integers "
+                           "'max_decode_seqs' and 'max_decode_seqs_from_tp4' and a boolean "
+                           "'prefill'")
+    return (*counts, prefill)
 
 
 def _engine_data(path: Path, seen: tuple = ()) -> dict:
@@ -292,7 +341,8 @@ def _load(path_text: str) -> Engine:
     allreduce = data.get("allreduce") or {}
     if not isinstance(allreduce, dict):
         raise CatalogError(f"{path}: 'allreduce' must be a mapping")
-    launch = _value(data, "kernel_launch_s", path, src, (int, float, dict))
+    launch, eager = _launch_s(_value(data, "kernel_launch_s", path, src, (int, float, dict)),
+                              graphs, path)
     block = _value(data, "kv_block_tokens", path, src, (int,), optional=True)
     tokens = _value(data, "max_batched_tokens", path, src, (int,), optional=True)
     seqs = _value(data, "max_num_seqs", path, src, (int,), optional=True)
@@ -327,7 +377,8 @@ def _load(path_text: str) -> Engine:
         overlap_schedule=bool(_value(data, "overlap_schedule", path, src, (bool,))),
         decode_steps=int(decode_steps),
         decode_steps_option=decode_option,
-        kernel_launch_s=_launch_s(launch, graphs, path),
+        kernel_launch_s=launch,
+        eager_launch_s=eager,
         kernels_per_layer=int(_value(data, "kernels_per_layer", path, src, (int,))),
         attention_kernel=str(_value(data, "attention_kernel", path, src, (str,))),
         decode_attention_hbm_efficiency=float(
@@ -345,11 +396,19 @@ def _load(path_text: str) -> Engine:
         if "attention_score_bytes" in data else 0.0,
         kv_pool=_kv_pool(_value(data, "kv_pool_memory", path, src, (dict,)), path)
         if "kv_pool_memory" in data else None,
+        graph_steps=_graph_steps(_value(data, "cuda_graph_steps", path, src, (dict,)), path)
+        if "cuda_graph_steps" in data else None,
         moe_kernels=_moe_kernels(_value(data, "moe_kernels_per_layer", path, src, (dict,)),
                                  path) if "moe_kernels_per_layer" in data else (0, 0, 1.0),
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
+    if engine.graph_steps is not None and not engine.cuda_graphs:
+        raise CatalogError(f"{path}: cuda_graph_steps needs cuda_graphs true")
+    if engine.kv_pool is not None and engine.kv_pool.reserve and engine.graph_steps is None \
+            and engine.cuda_graphs:
+        raise CatalogError(f"{path}: a kv_pool_memory reserve counts the graphs' batch: "
+                           "give cuda_graph_steps")
     if not 0 < engine.decode_attention_hbm_efficiency <= 1:
         raise CatalogError(f"{path}: decode_attention_hbm_efficiency must be in (0, 1]")
     if engine.decode_steps < 1 or (engine.decode_steps > 1 and not engine.decode_steps_option):
@@ -510,14 +569,36 @@ def with_kv_memory_fraction(engine: Engine, fraction: float | None) -> Engine:
         engine.kv_pool, share=float(fraction), reserve=()))
 
 
+MAX_GRAPH_SEQS = 1 << 16
+"""Largest --cuda-graph-max-batch accepted (SGLang's capture list ends far below)."""
+
+
+def with_cuda_graph_max_batch(engine: Engine, seqs: int | None) -> Engine:
+    """``engine`` replaying decode batches up to ``seqs`` as CUDA graphs at every
+    TP (None: its default; SGLang ``--cuda-graph-max-bs``); one-line InputError
+    for a bad value or an engine whose graph coverage is not modelled by batch."""
+    if seqs is None:
+        return engine
+    seqs = _count("--cuda-graph-max-batch", seqs, MAX_GRAPH_SEQS)
+    if engine.graph_steps is None:
+        able = ", ".join(n for n in names() if get_engine(n).graph_steps is not None)
+        raise InputError(f"invalid --cuda-graph-max-batch {seqs}: engine {engine.name} "
+                         + ("runs no CUDA graphs" if not engine.cuda_graphs
+                            else "is modelled with graphs for every step")
+                         + f"; engines with a decode graph batch: {able}")
+    return dataclasses.replace(engine, graph_steps=(seqs, seqs, engine.graph_steps[2]))
+
+
 def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool | None = None,
                chunked_prefill: bool | None = None, max_batched_tokens: int | None = None,
                kv_cache_tokens: int | None = None, kv_policy: str | None = None,
                kv_memory_fraction: float | None = None,
-               overlap_schedule: bool | None = None) -> Engine:
+               overlap_schedule: bool | None = None,
+               cuda_graph_max_batch: int | None = None) -> Engine:
     """Engine ``name`` with the settings a user gives ``infer`` (None: the engine's
     default), checked in one order so the CLI and ``infer-validate`` agree."""
     engine = with_mixed_prefill(with_decode_steps(get_engine(name), decode_steps), mixed_prefill)
+    engine = with_cuda_graph_max_batch(engine, cuda_graph_max_batch)
     engine = with_overlap_schedule(engine, overlap_schedule)
     engine = with_chunked_prefill(engine, chunked_prefill)
     engine = with_max_batched_tokens(engine, max_batched_tokens)

@@ -50,7 +50,11 @@ Kernels run one after another, each bound by its own compute or memory traffic
   can run a step no faster than the host issues them (``kernel_launch_s``:
   eager launches, or CUDA-graph replay). Launches are asynchronous, hence the
   max: a small model at batch 1 is launch-bound whatever its FLOPs, a large one
-  never is. This is the per-step cost that does not shrink with the model. An
+  never is. Where an engine's graphs cover only decode batches up to a size
+  (``Engine.graph_steps``, SGLang's ``cuda_graph_max_bs``), a larger batch and a
+  prefill launch eagerly (``Engine.launch_s``), each kernel paying its Python
+  dispatch: a 70B model at TP 4 then takes ~30 ms of host time a step, which a
+  step at a batch just past the cap does not cover. This is the per-step cost that does not shrink with the model. An
   engine that runs an MoE layer's router, dispatch and experts as operators of
   their own launches more there, some per local expert
   (``Engine.moe_layer_kernels``: the worker's SequentialMLP calls every expert).
@@ -161,6 +165,10 @@ class StepLoad:
     prefill_tokens: object
     prefill_context: float
     logits_rows: object
+    prefill_step_share: object = None
+    """Where the load is an average over steps (steady state): the share of them
+    that carry prompt tokens, the rest decoding only; None: every step carries
+    ``prefill_tokens``. It decides how many launch through the engine's graphs."""
 
 
 def _both_phases(timer, decode_tokens, prefill_tokens):
@@ -260,7 +268,11 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     if model.is_moe:            # share: the MoE layers' share, set above
         local = model.num_experts / plans.ep.astype(float)[:, None]
         kernels = (1.0 - share) * kernels + share * engine.moe_layer_kernels(model, local)
-    launches = (layers * kernels + 1.0) * engine.kernel_launch_s
+    per_kernel = engine.launch_s(tp, n_d, n_p)
+    if load.prefill_step_share is not None:
+        share = np.asarray(load.prefill_step_share, dtype=float)
+        per_kernel = share * per_kernel + (1.0 - share) * engine.launch_s(tp, n_d, 0.0)
+    launches = (layers * kernels + 1.0) * per_kernel
     return np.maximum(gpu_s, launches), tp_comm
 
 
@@ -414,10 +426,18 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     prompt_share = running * s_in / s_out
     overhead = engine.step_overhead_s
     context = s_in + workload.held_output_tokens
+    budget = engine.max_batched_tokens if engine.chunked_prefill and \
+        engine.max_batched_tokens else None
+    beside = running if mixed else none     # decodes sharing a prompt's step
+    chunk = np.full_like(running, float(s_in)) if budget is None else \
+        np.clip(budget - beside, 1.0, float(s_in))
+    # Each step starts running / s_out prompts, each over ceil(s_in / chunk) steps:
+    # below one such step in every step, the others decode alone.
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context,
         prefill_tokens=prompt_share if mixed else none,
-        prefill_context=s_in / 2.0, logits_rows=running))
+        prefill_context=s_in / 2.0, logits_rows=running,
+        prefill_step_share=np.minimum(running / s_out * np.ceil(s_in / chunk), 1.0)))
     tpot = pp * step + engine.decode_step_overhead_s
     if not mixed:
         prompts = running / s_out
@@ -426,11 +446,6 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
             prefill_tokens=np.maximum(prompts, 1.0) * s_in, prefill_context=s_in / 2.0,
             logits_rows=np.maximum(prompts, 1.0)))
         tpot = tpot + np.minimum(prompts, 1.0) * (pp * alone + overhead)
-    budget = engine.max_batched_tokens if engine.chunked_prefill and \
-        engine.max_batched_tokens else None
-    beside = running if mixed else none     # decodes sharing a prompt's step
-    chunk = np.full_like(running, float(s_in)) if budget is None else \
-        np.clip(budget - beside, 1.0, float(s_in))
     chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=beside, decode_context=context, prefill_tokens=chunk,
         prefill_context=s_in / 2.0, logits_rows=beside + 1.0))

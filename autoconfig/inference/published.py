@@ -45,7 +45,7 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
             "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy",
-            "kv_memory_fraction", "length_dist", "overlap_schedule")
+            "kv_memory_fraction", "length_dist", "overlap_schedule", "cuda_graph_max_batch")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -113,16 +113,16 @@ def ask(row) -> pd.Series:
     on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
-    steps, budget, pool, share = (optional_float(v) for v in (row.decode_steps,
-                                                              row.max_batched_tokens,
-                                                              row.kv_cache_tokens,
-                                                              row.kv_memory_fraction))
-    engine = engines.configured(str(row.engine), None if steps is None else int(steps),
+    steps, budget, pool, share, graphs = (optional_float(v) for v in (
+        row.decode_steps, row.max_batched_tokens, row.kv_cache_tokens, row.kv_memory_fraction,
+        row.cuda_graph_max_batch))
+    whole = lambda value: None if value is None else int(value)     # noqa: E731
+    engine = engines.configured(str(row.engine), whole(steps),
                                 _flag_cell("mixed_prefill", row.mixed_prefill),
                                 _flag_cell("chunked_prefill", row.chunked_prefill),
-                                None if budget is None else int(budget),
-                                None if pool is None else int(pool), _cell(row.kv_policy),
-                                share, _flag_cell("overlap_schedule", row.overlap_schedule))
+                                whole(budget), whole(pool), _cell(row.kv_policy),
+                                share, _flag_cell("overlap_schedule", row.overlap_schedule),
+                                whole(graphs))
     tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]

@@ -97,6 +97,12 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if not e.prefill_samples_first_token:
         what += ("; a prompt's first token comes from the decode step after its prefill "
                  "(the prefill stops one token short)")
+    if e.graph_steps is not None:
+        below, from_tp4, prefill = e.graph_steps
+        caps = f"{below}" if below == from_tp4 else f"{below} ({from_tp4} from TP 4)"
+        what += (f"; decode batches up to {caps} replay CUDA graphs, larger ones"
+                 + ("" if prefill else " and prefills") + " launch every kernel eagerly "
+                 "(--cuda-graph-max-batch)")
     default = get_engine(e.name)
     if e.continuous and e.max_batched_tokens != default.max_batched_tokens:
         what += f"; {e.max_batched_tokens} tokens a step at most"
@@ -212,6 +218,9 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
                                             if result.engine else None),
             "max_batched_tokens": result.engine.max_batched_tokens if result.engine else None,
             "kv_cache_tokens": result.engine.kv_cache_tokens if result.engine else None,
+            "cuda_graph_max_decode_seqs": (list(result.engine.graph_steps[:2])
+                                           if result.engine and result.engine.graph_steps
+                                           else None),
             "chunked_prefill": result.engine.chunked_prefill if result.engine else None,
             "kv_memory_fraction": (result.engine.kv_pool.share
                                    if result.engine and result.engine.kv_pool else None),
