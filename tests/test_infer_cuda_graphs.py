@@ -138,3 +138,18 @@ def test_the_cli_takes_the_cap_and_says_which_steps_replay(tmp_path, capsys):
                             "-o", str(tmp_path / "d")], capsys)
     assert code != 0 and "--cuda-graph-max-batch 64" in err \
         and len(err.strip().splitlines()) == 1
+
+
+def test_a_concurrency_past_the_cap_is_pointed_out(tmp_path, capsys):
+    base = ["infer", "--model", "llama3", "--size", "8b", "--gpu", "h100", "--gpus", "1",
+            "--tp", "1", "--pp", "1", "--input-len", "256", "--output-len", "256",
+            "--engine", "sglang", "--no-plots"]
+    code, text, err = run_cli(base + ["--concurrency", "300", "-o", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert "note: the best layout decodes 300 requests a step, past the 256 that sglang " \
+           "replays as a CUDA graph" in text
+    assert "past the 256" in (tmp_path / "a" / "infer.md").read_text()
+    for extra in (["--concurrency", "200"], ["--concurrency", "300", "--cuda-graph-max-batch",
+                                             "512"]):
+        code, text, err = run_cli(base + extra + ["-o", str(tmp_path / "b")], capsys)
+        assert code == 0 and "CUDA graph:" not in text and "past the" not in text

@@ -147,6 +147,31 @@ def load_line(result: InferenceSearchResult) -> str:
             "plan on the rate, not on the latencies")
 
 
+def graph_line(result: InferenceSearchResult) -> str:
+    """A note when the best layout's running batch at steady state is past the
+    decode batch its engine replays as a CUDA graph (``Engine.graph_steps``), else ''."""
+    e = result.engine
+    if e is None or e.graph_steps is None or result.mode != "continuous" \
+            or result.job is not None or result.table.empty:
+        return ""
+    best = result.table.iloc[0]
+    running = float(best.batch) / float(best.pp)            # one micro-batch of a stage
+    cap = float(e.graph_max_seqs(int(best.tp)))
+    if running <= cap:
+        return ""
+    host_ms = 1e3 * e.eager_launch_s * (
+        result.model.num_layers / float(best.pp) * e.kernels_for(result.model) + 1.0)
+    return (f"note: the best layout decodes {running:.0f} requests a step, past the "
+            f"{cap:.0f} that {e.name} replays as a CUDA graph: every decode step launches "
+            f"its kernels eagerly, at least {host_ms:.1f} ms of host time a step; a larger "
+            "graph batch (--cuda-graph-max-batch) holds more memory for graphs")
+
+
+def notes(result: InferenceSearchResult) -> list[str]:
+    """The warnings printed under the table (load, CUDA graphs)."""
+    return [line for line in (load_line(result), graph_line(result)) if line]
+
+
 def _searched(result: InferenceSearchResult) -> bool:
     return result.job is not None and result.job.rate_search
 
@@ -185,10 +210,10 @@ def rejection_lines(result: InferenceSearchResult) -> list[str]:
 
 
 def render(result: InferenceSearchResult, top: int) -> str:
-    warning = load_line(result)
+    warnings = notes(result)
     return "\n".join([headline(result), "",
                       tabulate(top_rows(result, top), headers=top_headers(result)), ""]
-                     + ([warning, ""] if warning else []) + rejection_lines(result))
+                     + ([*warnings, ""] if warnings else []) + rejection_lines(result))
 
 
 def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
@@ -232,7 +257,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
 
 
 def markdown(result: InferenceSearchResult, top: int) -> str:
-    warning = load_line(result)
+    warnings = notes(result)
     front = result.table[result.table["pareto"]].sort_values("latency_ms")
     front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.5g}",
                    f"{r.tokens_per_s_per_gpu:.4g}") for r in front.itertuples(index=False)]
@@ -240,7 +265,7 @@ def markdown(result: InferenceSearchResult, top: int) -> str:
         f"# Inference search: {result.model.name}", "", headline(result), "",
         "## Top layouts", "",
         tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",
-        *([warning, ""] if warning else []),
+        *([*warnings, ""] if warnings else []),
         "## Pareto front (latency vs output tokens/s per GPU)", "",
         tabulate(front_rows, headers=("TP", "PP", "batch", "replicas", "latency ms",
                                       "tok/s/GPU"), tablefmt="github"), "",
