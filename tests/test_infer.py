@@ -256,6 +256,20 @@ def test_infer_validate_cli_prints_per_engine_figures(capsys, tmp_path) -> None:
     assert lines["J144"].split()[-1][0] in "+-"     # ends at its throughput error
 
 
+def test_a_point_whose_number_cell_is_not_a_number_is_reported_not_read_as_blank(
+        capsys, tmp_path) -> None:
+    points = pd.read_csv(default_points_path())
+    rows = points[points["point_id"].isin(("J158", "J159"))].copy()
+    rows["decode_steps"] = rows["decode_steps"].astype(object)
+    rows.loc[rows["point_id"] == "J158", "decode_steps"] = "ten"
+    path = tmp_path / "points.csv"
+    rows.to_csv(path, index=False)
+    code, out, err = run_cli(["infer-validate", "--points", str(path)], capsys)
+    assert code == 0, err
+    assert "1 points asked, 1 could not be" in out
+    assert "J158 (SI10): invalid decode_steps 'ten': not a number" in out
+
+
 # ---------------------------------------------------------------- the CLI
 
 

@@ -53,10 +53,11 @@ Kernels run one after another, each bound by its own compute or memory traffic
   never is. Where an engine's graphs cover only decode batches up to a size
   (``Engine.graph_steps``, SGLang's ``cuda_graph_max_bs``), a larger batch and a
   prefill launch eagerly (``Engine.launch_s``), each kernel paying its Python
-  dispatch: a 70B model at TP 4 then takes ~30 ms of host time a step, which a
-  step at a batch just past the cap does not cover. This is the per-step cost that does not shrink with the model. An
-  engine that runs an MoE layer's router, dispatch and experts as operators of
-  their own launches more there, some per local expert
+  dispatch: a 70B model at TP 4 then takes ~30 ms of host time a step, more
+  than its GPU needs for a decode step just past the cap. This is the per-step
+  cost that does not shrink with the model. An engine that runs an MoE layer's
+  router, dispatch and experts as operators of their own launches more there,
+  some per local expert
   (``Engine.moe_layer_kernels``: the worker's SequentialMLP calls every expert).
 - kernel floor: no kernel runs shorter than ``kernel_gpu_floor_s`` of GPU time
   (heuristics/inference.yaml, measured under CUDA-graph replay: start, the

@@ -92,13 +92,28 @@ def load_points(path: Path) -> pd.DataFrame:
     return points
 
 
+def _number(row, column: str) -> float | None:
+    """The numeric cell ``column`` of a point; None when blank. A cell that is not a
+    number is an InputError naming it (the point is then reported as not asked),
+    never read as blank."""
+    value = getattr(row, column, None)
+    number = optional_float(value)
+    if number is None and _cell(value) is not None and _cell(value) != "nan":
+        raise InputError(f"invalid {column} {str(value).strip()!r}: not a number")
+    return number
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def _layout(row) -> tuple[int, int, int, int, int]:
     """(tp, pp, GPUs, replicas, ep) of a point; blank TP, PP or EP is 1 (a replica
     holds every expert, as a run that states no expert parallelism ran), blank
     GPUs tp x pp."""
-    tp, pp = int(optional_float(row.tp) or 1), int(optional_float(row.pp) or 1)
-    gpus = int(optional_float(row.num_gpus) or tp * pp)
-    return tp, pp, gpus, max(1, gpus // (tp * pp)), int(optional_float(row.ep) or 1)
+    tp, pp = int(_number(row, "tp") or 1), int(_number(row, "pp") or 1)
+    gpus = int(_number(row, "num_gpus") or tp * pp)
+    return tp, pp, gpus, max(1, gpus // (tp * pp)), int(_number(row, "ep") or 1)
 
 
 def ask(row) -> pd.Series:
@@ -113,30 +128,29 @@ def ask(row) -> pd.Series:
     on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
-    steps, budget, pool, share, graphs = (optional_float(v) for v in (
-        row.decode_steps, row.max_batched_tokens, row.kv_cache_tokens, row.kv_memory_fraction,
-        row.cuda_graph_max_batch))
-    whole = lambda value: None if value is None else int(value)     # noqa: E731
-    engine = engines.configured(str(row.engine), whole(steps),
+    steps, budget, pool, share, graphs = (_number(row, c) for c in (
+        "decode_steps", "max_batched_tokens", "kv_cache_tokens", "kv_memory_fraction",
+        "cuda_graph_max_batch"))
+    engine = engines.configured(str(row.engine), _whole(steps),
                                 _flag_cell("mixed_prefill", row.mixed_prefill),
                                 _flag_cell("chunked_prefill", row.chunked_prefill),
-                                whole(budget), whole(pool), _cell(row.kv_policy),
+                                _whole(budget), _whole(pool), _cell(row.kv_policy),
                                 share, _flag_cell("overlap_schedule", row.overlap_schedule),
-                                whole(graphs))
+                                _whole(graphs))
     tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
-    lengths = [optional_float(row.input_len_tokens), optional_float(row.output_len_tokens)]
+    lengths = [_number(row, "input_len_tokens"), _number(row, "output_len_tokens")]
     if None in lengths:
         raise InputError("no mean input or output length published")
     workload = InferenceWorkload(max(1, round(lengths[0])), max(1, round(lengths[1])),
                                  str(row.precision),
-                                 optional_float(row.input_len_std_tokens) or 0.0,
-                                 optional_float(row.output_len_std_tokens) or 0.0,
+                                 _number(row, "input_len_std_tokens") or 0.0,
+                                 _number(row, "output_len_std_tokens") or 0.0,
                                  _length_law(row.length_dist))
     engines.check_precision(engine, workload.precision)
-    batch, rate = optional_float(row.batch), optional_float(row.request_rate_per_s)
-    requests, clients = optional_float(row.num_requests), optional_float(row.clients)
-    limits = Limits(optional_float(row.limit_ttft_ms), optional_float(row.limit_tpot_ms),
+    batch, rate = _number(row, "batch"), _number(row, "request_rate_per_s")
+    requests, clients = _number(row, "num_requests"), _number(row, "clients")
+    limits = Limits(_number(row, "limit_ttft_ms"), _number(row, "limit_tpot_ms"),
                     statistic=_cell(row.limit_statistic) or "mean")
     cap = None if batch is None else int(batch)
     mode, job, pins = "continuous", None, Pins((tp,), (pp,), ep=(ep,))
