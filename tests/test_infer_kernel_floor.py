@@ -45,14 +45,18 @@ def test_small_model_at_batch_one_pays_the_floor_for_every_short_kernel(monkeypa
 
 def test_a_large_model_at_large_batch_barely_notices(monkeypatch) -> None:
     """Llama 3 70B at TP 8, 128 sequences: the GEMMs exceed the floor, only the
-    few small kernels per layer add it, a few percent of the step."""
+    few small kernels per layer add it, a few percent of the step. The norms and
+    the activation take the larger of their traffic and the floor
+    (``latency._elementwise_excess_s``), so they add at most the floor each."""
     model = get_model("llama3-70b")
     plan = InferencePlan(8, 1, 128)
     with_floor = tpot_ms(model, plan, VLLM, "continuous", monkeypatch)
     without = tpot_ms(model, plan, VLLM, "continuous", monkeypatch, floor_s=0.0)
     others = VLLM.kernels_per_layer - 4 - latency_module.ALLREDUCES_PER_LAYER
-    assert (with_floor - without) / 1e3 == pytest.approx(
-        model.num_layers * others * kernel_gpu_floor_s(), rel=1e-6)
+    added_s = (with_floor - without) / 1e3
+    floor = kernel_gpu_floor_s()
+    assert model.num_layers * (others - 3) * floor * (1 - 1e-6) <= added_s \
+        <= model.num_layers * others * floor * (1 + 1e-6)
     assert with_floor / without - 1 < 0.1
 
 
