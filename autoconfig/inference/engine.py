@@ -142,8 +142,9 @@ class Engine:
     """Host cost of one kernel launch on the path this engine uses (graph replay
     or eager launches)."""
     eager_launch_s: float
-    """Host cost of one kernel launched eagerly: every kernel of an engine without
-    CUDA graphs, and of the steps an engine's graphs do not cover (``graph_steps``)."""
+    """Host cost of one kernel launched eagerly by an engine with CUDA graphs, in
+    the steps its graphs do not cover (``graph_steps``); an engine without graphs
+    launches every kernel at ``kernel_launch_s``, its eager cost."""
     kernels_per_layer: int
     """Kernels one transformer layer launches in a decode step."""
     attention_kernel: str
@@ -222,9 +223,9 @@ class Engine:
     def launch_s(self, tp, decode_seqs, prefill_tokens):
         """Host cost per kernel of a step with these loads (arrays broadcast): the
         graph path where the engine's graphs cover the step, else eager."""
-        if not self.cuda_graphs:
+        if not self.cuda_graphs:            # its one path: kernel_launch_s is the eager cost
             return np.full(np.broadcast(tp, decode_seqs, prefill_tokens).shape,
-                           self.eager_launch_s)
+                           self.kernel_launch_s)
         covered = np.asarray(decode_seqs) <= self.graph_max_seqs(tp)
         if self.graph_steps is not None and not self.graph_steps[2]:
             covered = covered & (np.asarray(prefill_tokens) <= 0)
