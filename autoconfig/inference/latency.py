@@ -272,15 +272,23 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
                                         / (hbm * c.hbm_efficiency))
     gpu_s = gemms + attention + score_traffic + tp_comm + p2p + ep_comm \
         + layers * (floor + elementwise)
-    if model.is_moe:            # share: the MoE layers' share, set above
-        local = model.num_experts / plans.ep.astype(float)[:, None]
-        kernels = (1.0 - share) * kernels + share * engine.moe_layer_kernels(model, local)
     per_kernel = engine.launch_s(tp, n_d, n_p)
     if load.prefill_step_share is not None:
-        share = np.asarray(load.prefill_step_share, dtype=float)
-        per_kernel = share * per_kernel + (1.0 - share) * engine.launch_s(tp, n_d, 0.0)
-    launches = (layers * kernels + 1.0) * per_kernel
+        prefilling = np.asarray(load.prefill_step_share, dtype=float)
+        per_kernel = prefilling * per_kernel + (1.0 - prefilling) * engine.launch_s(tp, n_d, 0.0)
+    launches = step_kernels(model, engine, pp, plans.ep.astype(float)[:, None]) * per_kernel
     return np.maximum(gpu_s, launches), tp_comm
+
+
+def step_kernels(model: ModelSpec, engine: Engine, pp, ep):
+    """Kernels one engine step of one pipeline stage launches (arrays allowed):
+    its layers' (an MoE layer's with ``ep``-way expert parallelism) and one more."""
+    kernels = engine.kernels_for(model)
+    if model.is_moe:
+        share = model.layers_of("moe") / model.num_layers
+        kernels = (1.0 - share) * kernels \
+            + share * engine.moe_layer_kernels(model, model.num_experts / ep)
+    return model.num_layers / pp * kernels + 1.0
 
 
 def _elementwise_excess_s(model: ModelSpec, tp, tokens, seconds_per_value: float):

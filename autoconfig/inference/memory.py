@@ -257,7 +257,7 @@ def pool_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferenceP
     weights = fixed.weights_bytes       # measured by the engine once loaded (module doc)
     loaded = weights + fragmentation * fixed.activation_bytes + context
     share = rule.share_of(total, engine.max_batched_tokens, plans.tp, plans.pp,
-                          engine.graph_max_seqs(plans.tp) if rule.reserve else 0)
+                          engine.graph_max_seqs(plans.tp))
     if rule.of == "free":
         pool = share * (total - loaded)
     elif rule.of == "total":

@@ -97,8 +97,8 @@ def _number(row, column: str) -> float | None:
     number is an InputError naming it (the point is then reported as not asked),
     never read as blank."""
     value = getattr(row, column, None)
-    number = optional_float(value)
-    if number is None and _cell(value) is not None and _cell(value) != "nan":
+    number, text = optional_float(value), _cell(value)
+    if number is None and text not in (None, "nan"):
         raise InputError(f"invalid {column} {str(value).strip()!r}: not a number")
     return number
 

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import active_params, total_params
 from autoconfig.inference.engine import get_engine
+from autoconfig.inference.latency import step_kernels
 from autoconfig.inference.rate_search import STEEP_LOAD
 from autoconfig.inference.search import InferenceSearchResult
 from autoconfig.units import format_count
@@ -159,8 +160,8 @@ def graph_line(result: InferenceSearchResult) -> str:
     cap = float(e.graph_max_seqs(int(best.tp)))
     if running <= cap:
         return ""
-    host_ms = 1e3 * e.eager_launch_s * (
-        result.model.num_layers / float(best.pp) * e.kernels_for(result.model) + 1.0)
+    host_ms = 1e3 * e.eager_launch_s * float(
+        step_kernels(result.model, e, float(best.pp), float(best.ep)))
     return (f"note: the best layout decodes {running:.0f} requests a step, past the "
             f"{cap:.0f} that {e.name} replays as a CUDA graph: every decode step launches "
             f"its kernels eagerly, at least {host_ms:.1f} ms of host time a step; a larger "
