@@ -17,9 +17,14 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 3.4, "S04": 2.7, "S05": 3.4, "S08": 4.2, "S09": 5.1, "S10": 5.2,
-                   "S15": 17.6, "S18": 4.9, "S19": 10.1}
-"""Since the FSDP stacks' full recompute stops before each dense layer's down projection,
+PINNED_MAPE_PCT = {"S01": 3.2, "S04": 2.7, "S05": 3.4, "S08": 4.2, "S09": 5.1, "S10": 6.5,
+                   "S15": 18.0, "S18": 4.9, "S19": 10.1, "S20": 2.4}
+"""Since MT-NLG 530B's three rows (S20, Megatron-DeepSpeed at TP 8 PP 35) joined BLOOM in
+fitting Megatron-DeepSpeed's per-layer cost (10.3 -> 6.0 ms) and the constants were
+refitted: S20 8.5% -> 2.4%, S10 5.2% -> 6.5%, S01 3.4% -> 3.2%, S15 17.6% -> 18.0%;
+overall 5.9% -> 6.0%, held out 7.0% -> 6.7% (S10 10.0% -> 7.7%: with BLOOM left out
+the cost is now fitted on MT-NLG instead of falling to zero; S20 held out 8.5%).
+Since the FSDP stacks' full recompute stops before each dense layer's down projection,
 as PyTorch's non-reentrant checkpoint does (SoftwareFeatures.recompute_early_stop), and
 the constants were refitted: S09 6.1% -> 5.1%, S01 3.9% -> 3.4%, S08 4.5% -> 4.2%, S15
 16.8% -> 17.6%; overall 6.5% -> 5.9%, held out 8.0% -> 7.0% (S09 7.1% -> 5.4%).
@@ -50,9 +55,11 @@ model now 6.0% fast: the elementwise factor the loss had partly stood in for fel
 With fused attention's measured per-query-tile cost on Hopper (heuristics/perf.yaml
 attention_tile_keys; benchmarks/gpu/attention.csv) S09 went 6.7% -> 6.5%, S01 5.8% ->
 5.9%, S10 5.5% -> 5.6%, S15 14.6% -> 14.5% (held out: S09 8.8% -> 7.3%, S08 9.6% -> 8.7%)."""
-PINNED_OVERALL_PCT = 5.9
-PINNED_SPEARMAN = 0.78
+PINNED_OVERALL_PCT = 6.0
+PINNED_SPEARMAN = 0.79
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
+0.81 since MT-NLG's rows lowered Megatron-DeepSpeed's fitted per-layer cost (BLOOM's
+82-layer group of three 0.50 -> 1.00, its 12-row group 0.674 -> 0.68; held out 0.67 -> 0.81).
 0.7996 since the early-stopping recompute's refit (BLOOM's 12-row TP 8 / TP 4 group
 0.681 -> 0.674: Megatron-DeepSpeed's fitted per-layer cost rose from 8.2 to 10.3 ms).
 0.80 since the absolute loss's refit (held out 0.64 -> 0.67).

@@ -317,3 +317,13 @@ def test_a_target_prints_as_many_decimals_as_its_verdict_needs():
     assert "  met     throughput MAPE overall, leave-one-source-out: 7.0% (target <= 7%)" in lines
     assert "  MISSED  throughput MAPE overall, in-sample: 7.04% (target <= 7%)" in lines
     assert "  met     throughput MAPE S01, in-sample: 3.4% (target <= 5%)" in lines
+
+
+def test_without_current_held_out_figures_the_held_out_target_is_missed():
+    from autoconfig.validation.scoring import Target, format_targets, targets, validate
+    rows = targets(validate(), None)
+    name, value, target, met = rows[-1]
+    assert isinstance(target, Target) and not met and "--cross-validate" in name
+    assert format_targets(rows)[-1].startswith("  MISSED  throughput MAPE overall, "
+                                               "leave-one-source-out (not computed")
+    assert format_targets(rows)[-1].endswith(": n/a (target <= 7%)")

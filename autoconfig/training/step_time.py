@@ -625,9 +625,8 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
             "cp_correction": _cp_correction_s(model, s, b, t, cp, hbm),
             # The MLP's down projection, the last GEMM of a dense layer: what a
             # recompute that stops early skips (``SoftwareFeatures.recompute_early_stop``,
-            # ``_layers_microbatch``). An MoE
-            # block's combine saves the experts' outputs after their down GEMM,
-            # so nothing is skipped there.
+            # ``_layers_microbatch``). An MoE block's combine saves the experts'
+            # outputs after their down GEMM, so nothing is skipped there.
             "last_gemm": gemms[-1] if kind != "moe" and len(gemms) > attention_gemms else 0.0}
 
 
