@@ -129,7 +129,7 @@ from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
 from autoconfig.inference.collectives import (kernel_gpu_floor_s, moe_block_extra_kernels,
                                               tp_allreduce_s)
 from autoconfig.inference.engine import Engine, get_engine
-from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
+from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu, moe_layer_share,
                                          kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.training.fp8 import quantised_gemm
@@ -227,7 +227,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     ep_comm = 0.0
     layer_gemms = dense
     if model.is_moe:
-        share = model.layers_of("moe") / model.num_layers
+        share = moe_layer_share(model)
         layer_gemms = (1.0 - share) * dense + share * moe
         weights = weights - _untouched_expert_bytes(model, plans, nbytes, tokens)
         ep_comm = layers * share * _dispatch_combine_s(model, cluster, c, plans, tokens)
@@ -285,7 +285,7 @@ def step_kernels(model: ModelSpec, engine: Engine, pp, ep):
     its layers' (an MoE layer's with ``ep``-way expert parallelism) and one more."""
     kernels = engine.kernels_for(model)
     if model.is_moe:
-        share = model.layers_of("moe") / model.num_layers
+        share = moe_layer_share(model)
         kernels = (1.0 - share) * kernels \
             + share * engine.moe_layer_kernels(model, model.num_experts / ep)
     return model.num_layers / pp * kernels + 1.0
@@ -321,7 +321,7 @@ def _elementwise_excess_s(model: ModelSpec, tp, tokens, seconds_per_value: float
         return dense
     routed = model.moe_topk * model.moe_ffn_hidden_size \
         + (model.moe_shared_expert_ffn_hidden_size or 0)
-    share = model.layers_of("moe") / model.num_layers
+    share = moe_layer_share(model)
     return (1.0 - share) * dense + share * passes(float(routed))
 
 
@@ -356,7 +356,7 @@ def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, 
     shared = model.moe_shared_expert_ffn_hidden_size or 0
     moe = excess(_layer_gemms(model, tp, shared),
                  small + moe_block_extra_kernels() + (1 if shared else 0))
-    share = model.layers_of("moe") / model.num_layers
+    share = moe_layer_share(model)
     return (1.0 - share) * dense + share * moe
 
 

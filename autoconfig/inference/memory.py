@@ -158,14 +158,20 @@ def _weights_bytes(model: ModelSpec, tp, pp, bytes_per_value: float, ep) -> np.n
     return np.asarray(params, dtype=float) * bytes_per_value
 
 
+def moe_layer_share(model: ModelSpec) -> float:
+    """Share of ``model``'s layers that are MoE layers (0 for a dense model): a
+    pipeline stage of ``L / pp`` layers holds that share of them, as the serving
+    model spreads a model's kinds evenly over its stages."""
+    return model.layers_of("moe") / model.num_layers
+
+
 def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float, ep=1):
     """Routed-expert weights of the heavier stage on one GPU (0 for dense models)."""
     if not model.is_moe:
         return 0.0 * np.asarray(tp, dtype=float)
     layers = model.num_layers / np.asarray(pp, dtype=float)
-    moe_share = model.layers_of("moe") / model.num_layers
     local = model.num_experts / np.asarray(ep, dtype=float) / expert_tp(tp, ep)
-    return layers * moe_share * local * expert_params(model) * bytes_per_value
+    return layers * moe_layer_share(model) * local * expert_params(model) * bytes_per_value
 
 
 def kv_tokens_per_request(workload: InferenceWorkload, block_tokens: int | None,
