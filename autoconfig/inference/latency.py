@@ -129,8 +129,9 @@ from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
 from autoconfig.inference.collectives import (kernel_gpu_floor_s, moe_block_extra_kernels,
                                               tp_allreduce_s)
 from autoconfig.inference.engine import Engine, get_engine
-from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu, moe_layer_share,
-                                         kv_bytes_per_token_per_gpu, weights_bytes_per_gpu)
+from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
+                                         kv_bytes_per_token_per_gpu, moe_layer_share,
+                                         per_layer_mean, weights_bytes_per_gpu)
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.training.fp8 import quantised_gemm
 from autoconfig.training.step_time import (BF16_BYTES, PerfConstants, _layer_gemms,
@@ -227,10 +228,10 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     ep_comm = 0.0
     layer_gemms = dense
     if model.is_moe:
-        share = moe_layer_share(model)
-        layer_gemms = (1.0 - share) * dense + share * moe
+        layer_gemms = per_layer_mean(model, dense, moe)
         weights = weights - _untouched_expert_bytes(model, plans, nbytes, tokens)
-        ep_comm = layers * share * _dispatch_combine_s(model, cluster, c, plans, tokens)
+        ep_comm = layers * moe_layer_share(model) * _dispatch_combine_s(model, cluster, c,
+                                                                        plans, tokens)
     logits = timer(logits_flops_per_token(model) / tp * load.logits_rows, np.inf,
                    model.vocab_size / tp, model.hidden_size)
     decode_attention = layers / tp * attention_core_flops_per_token(model, load.decode_context) \
@@ -285,9 +286,8 @@ def step_kernels(model: ModelSpec, engine: Engine, pp, ep):
     its layers' (an MoE layer's with ``ep``-way expert parallelism) and one more."""
     kernels = engine.kernels_for(model)
     if model.is_moe:
-        share = moe_layer_share(model)
-        kernels = (1.0 - share) * kernels \
-            + share * engine.moe_layer_kernels(model, model.num_experts / ep)
+        kernels = per_layer_mean(model, kernels,
+                                 engine.moe_layer_kernels(model, model.num_experts / ep))
     return model.num_layers / pp * kernels + 1.0
 
 
@@ -321,8 +321,7 @@ def _elementwise_excess_s(model: ModelSpec, tp, tokens, seconds_per_value: float
         return dense
     routed = model.moe_topk * model.moe_ffn_hidden_size \
         + (model.moe_shared_expert_ffn_hidden_size or 0)
-    share = moe_layer_share(model)
-    return (1.0 - share) * dense + share * passes(float(routed))
+    return per_layer_mean(model, dense, passes(float(routed)))
 
 
 def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer,
@@ -356,8 +355,7 @@ def _kernel_floor_excess_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, 
     shared = model.moe_shared_expert_ffn_hidden_size or 0
     moe = excess(_layer_gemms(model, tp, shared),
                  small + moe_block_extra_kernels() + (1 if shared else 0))
-    share = moe_layer_share(model)
-    return (1.0 - share) * dense + share * moe
+    return per_layer_mean(model, dense, moe)
 
 
 def _moe_flops_per_token(model: ModelSpec) -> float:

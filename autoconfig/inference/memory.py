@@ -165,6 +165,13 @@ def moe_layer_share(model: ModelSpec) -> float:
     return model.layers_of("moe") / model.num_layers
 
 
+def per_layer_mean(model: ModelSpec, dense, moe):
+    """A per-layer quantity averaged over ``model``'s layers: ``dense`` for its dense
+    layers, ``moe`` for its MoE layers, in their shares (``moe_layer_share``)."""
+    share = moe_layer_share(model)
+    return (1.0 - share) * dense + share * moe
+
+
 def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float, ep=1):
     """Routed-expert weights of the heavier stage on one GPU (0 for dense models)."""
     if not model.is_moe:
