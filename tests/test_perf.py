@@ -8,7 +8,7 @@ import pytest
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, ring_allreduce_s
 from autoconfig.core.hardware import cluster_from_gpus
-from autoconfig.core.model import model_flops_per_token
+from autoconfig.core.model import attention_core_flops_per_token, model_flops_per_token
 from autoconfig.training.step_time import (PerfConstants, SoftwareFeatures, gemm_time_s, load_constants,
                              step_time)
 from autoconfig.core.plan import Plan, PlanTable, Workload
@@ -397,6 +397,20 @@ def test_flash_attention_time_plain_numbers():
     # TP splits the heads.
     fwd_tp, _ = _flash_attention_times(LLAMA_LIKE, 1000.0, 1000.0, 4.0, 1e12, 0.5)
     assert fwd_tp == pytest.approx(fwd / 4)
+
+
+def test_attention_core_follows_the_heads_widths_not_the_hidden_size():
+    """The core's FLOPs are 2 s a (d_qk + d_v) per token: Qwen3's 32 heads of 128
+    on a 2048-wide stream do twice the 4 s h of a GPT shape, DeepSeek-V3's MLA
+    heads (192 + 128 wide) 2.86 times it."""
+    from autoconfig.training.step_time import _flash_attention_times
+    for name, ratio in (("qwen3-30b-a3b", 2.0), ("deepseek-v3", 2.86)):
+        model = get_model(name)
+        fwd, _ = _flash_attention_times(model, 1000.0, 1000.0, 1.0, 1e12, 0.5)
+        gpt_shape = 0.5 * 4.0 * 1000 * model.hidden_size * 1000 / (1e12 * 0.5)
+        assert fwd / gpt_shape == pytest.approx(ratio, rel=0.01)
+        assert fwd == pytest.approx(0.5 * attention_core_flops_per_token(model, 1000) * 1000
+                                    / (1e12 * 0.5))
 
 
 def test_fused_attention_pays_a_fixed_cost_per_query_tile():

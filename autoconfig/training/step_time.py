@@ -43,7 +43,7 @@ from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p
 from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
-from autoconfig.core.model import (Linear, ModelSpec, attention_linears,
+from autoconfig.core.model import (Linear, ModelSpec, attention_core_flops_per_token, attention_linears,
                                    cross_attention_linears, embedding_params, kind_params,
                                    layer_params, mlp_linears, model_flops_per_token, mtp_kind,
                                    output_layer_params)
@@ -588,7 +588,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         # Unfused attention: two batched GEMMs per head, (s/cp) x d by d x s, over the
         # whole score matrix, at GEMM efficiency with the 1/K (= 1/d) traffic term
         # (the s x s scores are written to HBM); backward = 2 x forward, like any GEMM.
-        attn = gemm(4.0 * s * model.hidden_size / t, s, model.head_dim, m=s / cp)
+        attn = gemm(attention_core_flops_per_token(model, s) / t, s, model.head_dim, m=s / cp)
         attn = attn * _misaligned_head_slowdown(model, gpu)
         attn_bwd = 2.0 * attn
     linear = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, True)
@@ -890,7 +890,7 @@ def _cp_correction_s(model: ModelSpec, s: float, b, t, cp, hbm_bytes_per_s):
     twice that. (cp - 1) corrected steps of s b/cp tokens: a cost that grows with
     (cp - 1)/cp of the whole sequence while the rest of the layer shrinks by 1/cp.
     Zero without CP."""
-    per_step = s * b / cp * model.hidden_size / t * (2.0 + 8.0) * 3.0
+    per_step = s * b / cp * model.num_heads * model.value_head_dim / t * (2.0 + 8.0) * 3.0
     return np.where(cp > 1, (cp - 1.0) * per_step / hbm_bytes_per_s, 0.0)
 
 
@@ -929,7 +929,10 @@ def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: fl
 
     FLOPs as the FlashAttention benchmarks count them (Dao-AILab/flash-attention,
     benchmarks/benchmark_flash_attention.py, ``flops``): forward 4 s d per query
-    token and head, halved for a causal mask because the kernels skip the key
+    token and head, 2 s (d_qk + d_v) where the value width differs (MLA), over the
+    model's own heads (``attention_core_flops_per_token``: Qwen3's 32 heads of 128
+    on a 2048-wide stream do twice the 4 s h a GPT shape would; DeepSeek-V3's MLA
+    heads 2.86 times it), halved for a causal mask because the kernels skip the key
     blocks above the diagonal (FlashAttention-2, Dao 2023, Sec. 3.1.1: blocks whose
     column indices all exceed the row indices are skipped); backward 2.5 x forward,
     five matmuls against the forward's two, because it recomputes the scores
@@ -953,7 +956,7 @@ def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: fl
     """
     keys = 0.5 * s if causal else s
     shortfall = keys / (keys + cp * tile_keys + (causal_keys if causal else 0.0))
-    forward = (0.5 if causal else 1.0) * 4.0 * s * model.hidden_size / t * tokens / (
+    forward = (0.5 if causal else 1.0) * attention_core_flops_per_token(model, s) / t * tokens / (
         peak_flops * efficiency * shortfall)
     return forward, 2.5 * forward
 
