@@ -18,12 +18,15 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
 PINNED_MAPE_PCT = {"S01": 3.4, "S04": 2.7, "S05": 3.5, "S08": 4.2, "S09": 5.1, "S10": 6.5,
-                   "S15": 17.6, "S18": 2.8, "S19": 8.7, "S20": 2.4}
+                   "S15": 17.6, "S18": 2.8, "S19": 8.8, "S20": 2.4}
 """Since fused attention's FLOPs follow the heads' widths, 2 s a (d_qk + d_v), instead of
 the GPT shape's 4 s h (Qwen3's 128-wide heads on a narrower stream do 2x it, DeepSeek-V3's
 MLA heads 2.86x) and the constants were refitted (MoE per-layer cost 2.08 -> 1.39 ms):
 S19 10.1% -> 8.7%, S18 4.9% -> 2.8%, S01 3.2% -> 3.4%, S15 18.0% -> 17.6%, S05 3.4% ->
 3.5%; overall 6.0% -> 5.8%, held out 6.7% -> 6.5% (S19 10.3% -> 8.9%, S18 7.4% -> 5.4%).
+Then FP8 casts counted on each layer's own linears (an MoE layer's shared experts, not a
+dense MLP it does not have; MLA's projections; the heads' value width) without a refit:
+S19 8.7% -> 8.8%, S18 held out 5.4% -> 5.6%.
 Since MT-NLG 530B's three rows (S20, Megatron-DeepSpeed at TP 8 PP 35) joined BLOOM in
 fitting Megatron-DeepSpeed's per-layer cost (10.3 -> 6.0 ms) and the constants were
 refitted: S20 8.5% -> 2.4%, S10 5.2% -> 6.5%, S01 3.4% -> 3.2%, S15 17.6% -> 18.0%;

@@ -611,6 +611,27 @@ def test_fp8_recipes_differ_by_their_quantisation_traffic_only():
     assert step("") == pytest.approx(times["mxfp8"])
 
 
+def test_fp8_casts_follow_the_layers_own_linears():
+    """2h + (h + f)/t per token for a GPT-like layer; the projection's input is the
+    heads' value width; an MoE layer casts its shared experts' inputs, not a dense
+    MLP's (its routed copies' casts are counted with their traffic)."""
+    from autoconfig.training.step_time import _fp8_cast_bytes_per_layer
+    h, f = LLAMA_LIKE.hidden_size, LLAMA_LIKE.ffn_hidden_size
+    assert _fp8_cast_bytes_per_layer(LLAMA_LIKE, 10.0, 4.0, 1.0) == pytest.approx(
+        10.0 * (2 * h + (h + f) / 4))
+    qwen = get_model("qwen3-30b-a3b")                # 32 heads of 128 on a 2048 stream
+    dense = _fp8_cast_bytes_per_layer(qwen, 1.0, 1.0, 1.0)
+    assert dense == pytest.approx(2 * 2048 + 32 * 128 + qwen.ffn_hidden_size)
+    moe = _fp8_cast_bytes_per_layer(qwen, 1.0, 1.0, 1.0, "moe")
+    assert moe == pytest.approx(2048 + 32 * 128)     # no shared experts: attention only
+    wider = dataclasses.replace(qwen, ffn_hidden_size=2 * qwen.ffn_hidden_size)
+    assert _fp8_cast_bytes_per_layer(wider, 1.0, 1.0, 1.0, "moe") == moe
+    ds = get_model("deepseek-v3")                    # MLA's down and up projections too
+    mla = _fp8_cast_bytes_per_layer(ds, 1.0, 1.0, 1.0, "moe")
+    assert mla == pytest.approx(2 * 7168 + ds.q_lora_rank + ds.kv_lora_rank + 128 * 128
+                                + 7168 + ds.moe_shared_expert_ffn_hidden_size)
+
+
 def test_nvfp4_gemms_gain_the_fp4_rate_plus_a_measured_fixed_part():
     """An NVFP4 GEMM takes the FP8 GEMM's time x (FP8 peak / FP4 peak) plus a part
     that does not speed up (0.19 of it, measured on a B300), so a GB300 (3x FP4

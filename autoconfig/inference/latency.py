@@ -29,13 +29,15 @@ Kernels run one after another, each bound by its own compute or memory traffic
   throughput MAPE 17.2% -> 17.6%: not taken). The stage's weights stream once per step at
   ``hbm_efficiency``: decode at small batch is memory-bound, at large batch
   compute-bound.
-- attention kernels: the prompt tokens' attention core ``4 * context * h /
-  tp`` per token and layer (QK^T and AV) at the large-GEMM efficiency, plus the
+- attention kernels: the prompt tokens' attention core ``2 * context * a *
+  (d_qk + d_v) / tp`` per token and layer (QK^T and AV) at the large-GEMM efficiency, plus the
   decode attention, bound by reading each sequence's KV cache (``n_d * c_d``
   tokens of K and V) at the engine's ``decode_attention_hbm_efficiency``:
   paged or masked decode kernels stream it well below the copy bandwidth, and
   at large batch and long context this read is a cost beside the compute-bound
-  GEMMs, not hidden under them.
+  GEMMs, not hidden under them; its compute side is the decode form of the
+  core (``decode_attention_flops_per_token``: MLA's latent scored by every
+  head, 3.4x the expanded count for DeepSeek-V3, which makes it compute-bound).
 - elementwise passes: the residual-add + norm kernels and the MLP's activation
   read and write every token's activations (``_elementwise_excess_s``): each
   takes the larger of that traffic at HBM speed and the kernel floor below.
@@ -176,6 +178,26 @@ class StepLoad:
     ``prefill_tokens``. It decides how many launch through the engine's graphs."""
 
 
+def decode_attention_flops_per_token(m: ModelSpec, context: float) -> float:
+    """Attention-core FLOPs of one decoded token against ``context`` cached tokens
+    in one layer, as a serving engine that caches MLA's latent runs it.
+
+    Such an engine (the KV cache ``inference.memory.kv_bytes_per_token_per_gpu``
+    prices) never expands the cache into per-head keys and values: it folds the
+    key up-projection into the query and the value up-projection into the
+    output (DeepSeek-V2, arXiv 2405.04434, Sec. 2.1.2; vLLM
+    ``v1/attention/backends/mla/common.py``: decode "simulates" multi-head
+    attention with multi-query compute), so every head scores the kv_lora +
+    rope wide cached entry and sums kv_lora-wide values: 2 c a (2 d_c + d_r),
+    3.4x the expanded form's 2 c a (d_qk + d_v) for DeepSeek-V3. The folded
+    projections stay weight GEMMs of the token (``layer_matmul_flops_per_token``
+    counts kv_up once per token either way). Other attention: the expanded
+    count (``attention_core_flops_per_token``)."""
+    if m.attention_kind == "mla":
+        return 2.0 * context * m.num_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+    return attention_core_flops_per_token(m, context)
+
+
 def _both_phases(timer, decode_tokens, prefill_tokens):
     """GEMM time of a step's decode tokens (M = infinity: their weight stream is
     the memory side) plus its prompt tokens (M = the step's tokens), as a
@@ -234,7 +256,7 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
                                                                         plans, tokens)
     logits = timer(logits_flops_per_token(model) / tp * load.logits_rows, np.inf,
                    model.vocab_size / tp, model.hidden_size)
-    decode_attention = layers / tp * attention_core_flops_per_token(model, load.decode_context) \
+    decode_attention = layers / tp * decode_attention_flops_per_token(model, load.decode_context) \
         * n_d
     prefill_attention = layers / tp * attention_core_flops_per_token(
         model, load.prefill_context) * n_p

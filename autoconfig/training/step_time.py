@@ -595,7 +595,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
     total = _elementwise_bytes_per_layer(model, s, b, t, cp, plans.sp, sw.flash_attention)
     if workload.precision != "bf16":
         total = total + _fp8_cast_bytes_per_layer(model, tokens, t,
-                                                  quantised_cast_bytes(workload, sw, gpu))
+                                                  quantised_cast_bytes(workload, sw, gpu), kind)
     factor = c.elementwise_traffic_factor / hbm
     logits = weight_gemm_s(2.0 * model.hidden_size * model.vocab_size / t,
                            model.vocab_size / t, model.hidden_size)
@@ -905,20 +905,28 @@ def _quantised_gemm(c: PerfConstants, workload: Workload, sw: SoftwareFeatures,
     return quantised_gemm(workload.precision, c.fp8_gemm_speedup, gpu, recipe_time)
 
 
-def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: float = 4.0):
+def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: float = 4.0,
+                              kind: str = "dense"):
     """Bytes one layer's forward moves to cast its GEMM inputs to FP8 on one GPU.
 
     Transformer Engine casts each linear layer's bf16 input to FP8 and writes its
     transpose for the weight-gradient GEMM in the same kernel (delayed scaling's
     ``fp8_cast_transpose_fused``: read 2 B, write 1 + 1 B per element; the other
-    recipes' figures, ``bytes_per_element``, are derived in heuristics/fp8.yaml):
-    the QKV and first-MLP inputs whole (h per token, gathered over TP), the
-    projection and second-MLP inputs split (h/t and f/t; SwiGLU's f is after the
-    gate). The backward casts the output gradients the same way, which the
-    3 x forward of elementwise work already counts. Not there in bf16; NVFP4's
-    casts (heuristics/fp8.yaml ``nvfp4``) take the same inputs."""
-    return bytes_per_element * tokens * (2.0 * model.hidden_size
-                                         + (model.hidden_size + model.ffn_hidden_size) / t)
+    recipes' figures, ``bytes_per_element``, are derived in heuristics/fp8.yaml),
+    for every linear of the layer (``attention_linears``, ``mlp_linears``): a
+    column-parallel or replicated one's input whole (gathered over TP), a
+    row-parallel one's split over t. For GPT shapes that is 2h + (h + f)/t per
+    token (QKV and first-MLP inputs whole, projection and second-MLP inputs
+    split; SwiGLU's f is after the gate); the projection's input is the heads'
+    value width, and MLA casts its down- and up-projections' inputs too. An MoE
+    layer's MLP is its shared experts' (the routed copies' casts are
+    ``_routed_copy_bytes``'). The backward casts the output gradients the same
+    way, which the 3 x forward of elementwise work already counts. Not there in
+    bf16; NVFP4's casts (heuristics/fp8.yaml ``nvfp4``) take the same inputs."""
+    ffn = model.moe_shared_expert_ffn_hidden_size if kind == "moe" else model.ffn_hidden_size
+    linears = attention_linears(model) + (mlp_linears(model, ffn) if ffn else ())
+    widths = sum(x.in_features / (t if x.parallel == "row" else 1.0) for x in linears)
+    return bytes_per_element * tokens * widths
 
 
 def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: float,
