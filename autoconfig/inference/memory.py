@@ -58,7 +58,7 @@ from functools import lru_cache
 import numpy as np
 
 from autoconfig.core.hardware import GPU
-from autoconfig.core.model import ModelSpec, expert_params
+from autoconfig.core.model import ModelSpec, attention_linears, expert_params
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.core.plan import stage_kind_columns
 from autoconfig.inference.constants import inference_constant
@@ -211,12 +211,14 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
                                     plans.ep)
     kv = (kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
           * plans.batch * (workload.total_len_tokens if kv_tokens is None else kv_tokens))
-    h, kvh, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    h, f = model.hidden_size, model.ffn_hidden_size
     if model.is_moe:  # the routed copies of a token and the shared experts
         f = model.moe_topk * model.moe_ffn_hidden_size + model.moe_shared_expert_ffn_hidden_size
     up = 2 if model.mlp_kind == "swiglu" else 1
     tokens = np.asarray(activation_tokens, dtype=float)
-    per_token = 2.0 * h + (h + 2.0 * kvh) / tp + up * f / tp
+    # The residual stream and its norm (2h), the attention projections' outputs
+    # (``_attention_outputs``) and the MLP's up projection, per token of the pass.
+    per_token = 2.0 * h + _attention_outputs(model, tp) + up * f / tp
     activations = (tokens * per_token * ACTIVATION_BYTES
                    + plans.batch * model.vocab_size / tp * LOGITS_BYTES)
     allocated = weights + kv + activations
@@ -224,6 +226,16 @@ def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: Inferen
     return InferenceMemory(weights_bytes=weights, kv_cache_bytes=kv,
                            activation_bytes=activations, overhead_bytes=overhead,
                            total_bytes=allocated + overhead)
+
+
+def _attention_outputs(model: ModelSpec, tp):
+    """Values per token the attention's input projections write on one GPU
+    (``attention_linears``: a column-parallel one's output split over tp, a
+    replicated one's whole): q + 2 kv over tp for GQA, with q the heads' width,
+    not the hidden size (Qwen3: twice it); MLA's latents whole and its up
+    projections' heads split."""
+    return sum(x.out_features / np.where(x.parallel == "column", tp, 1.0)
+               for x in attention_linears(model) if x.parallel != "row")
 
 
 def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
