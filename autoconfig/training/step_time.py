@@ -43,10 +43,10 @@ from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p
 from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
-from autoconfig.core.model import (Linear, ModelSpec, attention_core_flops_per_token, attention_linears,
-                                   cross_attention_linears, embedding_params, kind_params,
-                                   layer_params, mlp_linears, model_flops_per_token, mtp_kind,
-                                   output_layer_params)
+from autoconfig.core.model import (Linear, ModelSpec, attention_core_flops_per_token,
+                                   attention_linears, cross_attention_linears, embedding_params,
+                                   kind_params, layer_params, mlp_linears, model_flops_per_token,
+                                   mtp_kind, output_layer_params)
 from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
