@@ -1,13 +1,12 @@
 """Serving attention at the model's own widths: MLA decode in the absorbed form its
 latent cache implies, and the projections' outputs at the heads' width."""
 
+import numpy as np
 import pytest
 
 from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.model import attention_core_flops_per_token
 from autoconfig.inference.latency import decode_attention_flops_per_token
-import numpy as np
-
 from autoconfig.inference.memory import _attention_outputs, kv_bytes_per_token_per_gpu
 
 

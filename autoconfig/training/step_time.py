@@ -924,8 +924,8 @@ def _fp8_cast_bytes_per_layer(model: ModelSpec, tokens, t, bytes_per_element: fl
     way, which the 3 x forward of elementwise work already counts. Not there in
     bf16; NVFP4's casts (heuristics/fp8.yaml ``nvfp4``) take the same inputs."""
     ffn = model.moe_shared_expert_ffn_hidden_size if kind == "moe" else model.ffn_hidden_size
-    linears = attention_linears(model) + (mlp_linears(model, ffn) if ffn else ())
-    widths = sum(x.in_features / (t if x.parallel == "row" else 1.0) for x in linears)
+    # Each GEMM's K is its input's width on this GPU (split where row-parallel).
+    widths = sum(k for _, _, k, _ in _layer_gemms(model, t, ffn))
     return bytes_per_element * tokens * widths
 
 
