@@ -342,6 +342,15 @@ def test_moe_args_carry_the_model_and_plan(name):
     if backend:
         assert ns.moe_flex_dispatcher_backend == backend
     assert ns.overlap_moe_expert_parallel_comm == moe.a2a_overlap
+    graph = {"none": ("none", []), "te-scoped": ("transformer_engine",
+                                                 ["attn", "moe_router", "moe_preprocess"]),
+             "full-iteration": ("local", ["full_iteration"])}[spec.software.cuda_graph]
+    if spec.cuda_graph_off:     # megatron-core 0.16: not beside EP A2A overlap
+        graph = ("none", [])
+    assert (ns.cuda_graph_impl, ns.cuda_graph_scope) == graph
+    # megatron-core 0.16's validate_args for whole-iteration local graphs
+    assert ns.check_for_nan_in_loss_and_grad == (graph[0] != "local")
+    assert ns.moe_pad_experts_for_cuda_graph_inference == (graph[0] == "local" and p.ep > 1)
     assert ns.moe_router_load_balancing_type == [moe.router.load_balancing_type]
     assert ns.moe_aux_loss_coeff == [moe.router.aux_loss_coeff]
     assert ns.mtp_num_layers == (m.mtp_layers or None)
@@ -441,3 +450,16 @@ def test_searched_top_moe_plans_are_accepted(model, nodes):
         config = transformer_config(ns)
         assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == \
             (plan.ep, plan.etp)
+
+
+def test_whole_iteration_graphs_left_off_beside_a2a_overlap_say_so():
+    """megatron-core 0.16 refuses local graphs with EP A2A overlap: the launch keeps
+    the overlap, leaves the graph off and says so in its header."""
+    spec = case_spec("qwen3-30b-a3b-ep8-full-graph")
+    both = dataclasses.replace(spec, software=dataclasses.replace(spec.software,
+                                                                  moe_a2a_overlap=True))
+    assert both.moe.a2a_overlap and both.cuda_graph is None
+    assert any("CUDA graphs left off" in line for line in both.describe())
+    ns = parse(megatron_args(both))
+    assert ns.cuda_graph_impl == "none" and ns.overlap_moe_expert_parallel_comm
+    transformer_config(ns)

@@ -328,3 +328,43 @@ def test_no_valid_plan_names_the_commonest_reason_and_its_fix(capsys, tmp_path):
                             "8", "--ep", "3", "--no-plots", "-o", str(tmp_path)], capsys)
     assert code == 2 and err.count("\n") == 1 and len(err) <= 300
     assert "ep does not divide the experts" in err and "--ep values that divide the 8 experts" in err
+
+
+def test_expert_kernels_grow_with_local_experts_and_whole_iteration_graphs_hide_launches():
+    """Each local expert adds its GEMMs (and FP8 quantisations) at the kernel floor
+    plus, outside a whole-iteration CUDA graph, their launches: DeepSeek-V3 at EP 8
+    keeps 32 experts a GPU, at EP 32 eight."""
+    from autoconfig.training.step_time import expert_kernels_s, load_constants
+    c = load_constants()
+    eager, graphed = (with_overrides(load_stack("nemo").features, cuda_graph=g)
+                      for g in ("none", "full-iteration"))
+    fwd8, bwd8 = expert_kernels_s(c, eager, 8.0, quantised=True)
+    fwd32, bwd32 = expert_kernels_s(c, eager, 32.0, quantised=True)
+    assert fwd32 + bwd32 == pytest.approx(4.0 * (fwd8 + bwd8))
+    per_kernel = c.kernel_gpu_floor_s + c.kernel_launch_host_s
+    assert fwd8 + bwd8 == pytest.approx(8 * (6 + 4) * per_kernel)      # 6 GEMMs, 4 casts
+    assert sum(expert_kernels_s(c, eager, 8.0, quantised=False)) == pytest.approx(
+        8 * 6 * per_kernel)
+    assert sum(expert_kernels_s(c, graphed, 8.0, quantised=True)) == pytest.approx(
+        8 * 10 * c.kernel_gpu_floor_s)
+    assert bwd8 > fwd8 > 0
+
+    m, w, cl = get_model("deepseek-v3"), Workload(4096, 4096, "fp8"), _cluster("b200", 256)
+    step = {ep: _time(m, _plan(pp=16, dp=16, ep=ep), w, cl).step_time_s[0] for ep in (8, 16)}
+    full = {ep: _time(m, _plan(pp=16, dp=16, ep=ep), w, cl,
+                      cuda_graph="full-iteration").step_time_s[0] for ep in (8, 16)}
+    assert full[8] < step[8] and full[16] < step[16]
+    assert step[8] - full[8] > 1.9 * (step[16] - full[16])    # twice the local experts
+
+
+def test_recipe_cuda_graph_scope_reaches_the_run():
+    from autoconfig.validation.runs import _cuda_graph
+    for text, scope in (("cuda_graph=full_iteration;mtp=0", "full-iteration"),
+                        ("a=1;cuda_graph=te:attn+moe_router+moe_preprocess", "te-scoped"),
+                        ("cuda_graph=none", "none"), ("mtp=0", None)):
+        assert _cuda_graph({"recipe_settings": text}) == scope
+
+
+def test_bad_cuda_graph_is_a_one_line_error():
+    with pytest.raises(InputError, match="invalid --cuda-graph 'all'.*none, te-scoped"):
+        with_overrides(load_stack("nemo").features, cuda_graph="all")

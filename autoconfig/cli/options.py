@@ -9,9 +9,9 @@ import click
 from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import MAX_COUNT, InputError, shown
 from autoconfig.training.space import SWITCH_MODES
-from autoconfig.training.stack import (CROSS_ENTROPY_KERNELS, DEFAULT_STACK, FSDP_SHARDING,
-                                       GRAD_REDUCE_DTYPES, MOE_DISPATCHERS, OVERRIDES,
-                                       resolve_software)
+from autoconfig.training.stack import (CROSS_ENTROPY_KERNELS, CUDA_GRAPHS, DEFAULT_STACK,
+                                       FSDP_SHARDING, GRAD_REDUCE_DTYPES, MOE_DISPATCHERS,
+                                       OVERRIDES, resolve_software)
 
 
 class ListOrAuto(click.ParamType):
@@ -267,6 +267,11 @@ def stack_options(func):
         click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHERS), default=None,
                      help="Override for MoE models: token dispatcher (megatron-lm default "
                           "allgather; the Bridge recipes alltoall, flex-deepep or flex-hybridep)."),
+        click.option("--cuda-graph", type=click.Choice(CUDA_GRAPHS), default=None,
+                     help="Override: what of a step replays as CUDA graphs: none "
+                          "(megatron-core default), te-scoped (attention, MoE router and "
+                          "preprocess) or full-iteration; only full-iteration takes an MoE "
+                          "layer's per-expert kernel launches off the GPU's clock."),
         click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
                      help="Override: MoE dispatch/combine overlapped with another micro-batch's "
                           "compute (--overlap-moe-expert-parallel-comm)."),

@@ -208,6 +208,8 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
         ("ddp.overlap_param_gather", spec.overlap_param_gather),
         ("ddp.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),
         ("model.gradient_accumulation_fusion", spec.software.gradient_accumulation_fusion),
+        ("model.cuda_graph_impl", spec.cuda_graph[0] if spec.cuda_graph else "none"),
+        ("model.cuda_graph_scope", spec.cuda_graph[1] if spec.cuda_graph else []),
         # GPTModelProvider fuses the loss by default; the prediction priced the stack's.
         ("model.cross_entropy_loss_fusion", spec.cross_entropy_fusion_impl is not None),
         ("mixed_precision.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),

@@ -267,6 +267,15 @@ def stack_args(spec: LaunchSpec) -> list[str]:
     if spec.interleaved and not spec.overlap_p2p_comm:
         # Megatron-LM overlaps interleaved pipeline sends by default.
         args.append("--no-overlap-p2p-communication")
+    graph = spec.cuda_graph
+    if graph is not None:
+        args += ["--cuda-graph-impl", graph[0], "--cuda-graph-scope", *graph[1]]
+        if graph[0] == "local":
+            # megatron-core 0.16 validate_args: a whole-iteration graph needs the
+            # NaN check off, and local graphs with EP > 1 need the experts padded.
+            args.append("--no-check-for-nan-in-loss-and-grad")
+            if spec.moe is not None and spec.plan.ep > 1:
+                args.append("--moe-pad-experts-for-cuda-graph-inference")
     moe = spec.moe
     if moe is not None:
         if moe.grouped_gemm:

@@ -121,6 +121,31 @@ class LaunchSpec:
     def decay_iters(self) -> int:
         return self.iterations(self.decay_samples)
 
+    @property
+    def cuda_graph(self) -> tuple[str, list[str]] | None:
+        """(``--cuda-graph-impl``, ``--cuda-graph-scope`` list) of the stack's
+        ``cuda_graph`` (megatron-core 0.16: whole iterations only with the local
+        implementation, scopes only with Transformer Engine's); None: no graphs."""
+        if self.software.cuda_graph == "full-iteration":
+            return None if self.cuda_graph_off else ("local", ["full_iteration"])
+        if self.software.cuda_graph == "te-scoped":
+            return "transformer_engine", ["attn"] + (
+                ["moe_router", "moe_preprocess"] if self.moe is not None else [])
+        return None
+
+    @property
+    def cuda_graph_off(self) -> str | None:
+        """Why the stack's whole-iteration graph is not launched, or None:
+        megatron-core 0.16 refuses local graphs beside EP A2A overlap
+        (TransformerConfig: "CUDA graph scope on moe and mlp is not supported
+        with overlap_moe_expert_parallel_comm"); the prediction assumed both,
+        as newer Megatron-Bridge releases run them."""
+        if self.software.cuda_graph == "full-iteration" and self.moe is not None \
+                and self.moe.a2a_overlap:
+            return ("whole-iteration CUDA graphs left off: megatron-core 0.16 refuses them "
+                    "with EP A2A overlap (the prediction assumed both)")
+        return None
+
     # ---------------------------------------------------------- model
     @property
     def vocab_divisor(self) -> int:
@@ -276,6 +301,7 @@ class LaunchSpec:
                  f"lr {self.base.lr:.4g} -> {self.base.min_lr:.4g} {self.base.lr_decay_style}, "
                  f"warm-up {self.warmup_samples} samples, decay {self.decay_samples} samples"]
         lines += [self.tp_comm_overlap_off] if self.tp_comm_overlap_off else []
+        lines += [self.cuda_graph_off] if self.cuda_graph_off else []
         return lines + ([self.moe.describe()] if self.moe else [])
 
 

@@ -40,6 +40,12 @@ the bytes each moves per logit are in heuristics/perf.yaml cross_entropy_bytes_p
 MOE_DISPATCHERS = ("allgather", "alltoall", "flex-deepep", "flex-hybridep")
 """Token dispatchers of megatron-core MoE layers (--moe-token-dispatcher-type, with
 --moe-flex-dispatcher-backend deepep|hybridep for ``flex``)."""
+CUDA_GRAPHS = ("none", "te-scoped", "full-iteration")
+"""What of a training step runs as CUDA graphs (``SoftwareFeatures.cuda_graph``):
+nothing; Transformer Engine's scoped graphs (megatron-core ``--cuda-graph-impl
+transformer_engine --cuda-graph-scope attn moe_router moe_preprocess``: the
+experts stay eager); or the whole forward-backward (``--cuda-graph-impl local
+--cuda-graph-scope full_iteration``)."""
 PLAN_FEATURES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
                  "ep": "expert parallelism",
                  "vp": "interleaved pipeline schedule",
@@ -181,6 +187,11 @@ class SoftwareFeatures:
     ``comm_overlap.overlap_moe_expert_parallel_comm``): the dispatch and combine
     of one micro-batch run while another micro-batch computes (1F1B A2A overlap),
     so only what exceeds a layer's compute is exposed; off: all of it."""
+    cuda_graph: str = "none"
+    """Which part of a step replays as CUDA graphs (``CUDA_GRAPHS``). Only a
+    whole-iteration graph takes the launches of an MoE layer's expert kernels
+    off the GPU's clock (``step_time.expert_kernels_s``); megatron-core's default
+    is none."""
     moe_grouped_gemm: bool = False
     """Megatron --moe-grouped-gemm: a rank's local experts run as one grouped
     GEMM (TEGroupedMLP) instead of one GEMM per expert in turn (SequentialMLP,
@@ -289,6 +300,9 @@ def _check(features: SoftwareFeatures, where: str) -> None:
                            f"allowed are {', '.join(MOE_DISPATCHERS)}")
     if features.fp8_recipe:
         recipe_name(features.fp8_recipe, f"{where}: fp8_recipe")
+    if features.cuda_graph not in CUDA_GRAPHS:
+        raise CatalogError(f"{where}: unknown cuda_graph {features.cuda_graph!r}: "
+                           f"allowed are {', '.join(CUDA_GRAPHS)}")
     if features.cross_entropy not in CROSS_ENTROPY_KERNELS:
         raise CatalogError(f"{where}: unknown cross entropy {features.cross_entropy!r}: "
                            f"allowed are {', '.join(CROSS_ENTROPY_KERNELS)}")
@@ -372,7 +386,8 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
                     "recompute_early_stop": "recompute_early_stop"}
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
-             "moe_imbalance", "moe_capacity_factor", "fp8_recipe", "cross_entropy")
+             "moe_imbalance", "moe_capacity_factor", "fp8_recipe", "cross_entropy",
+             "cuda_graph")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -401,7 +416,8 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
     if overrides.get("fp8_recipe"):
         changes["fp8_recipe"] = recipe_name(overrides["fp8_recipe"])
     for name, allowed in (("cross_entropy", CROSS_ENTROPY_KERNELS),
-                          ("moe_dispatcher", MOE_DISPATCHERS)):
+                          ("moe_dispatcher", MOE_DISPATCHERS),
+                          ("cuda_graph", CUDA_GRAPHS)):
         if overrides.get(name) is not None:
             changes[name] = _allowed(name, overrides[name], allowed)
     if grad_reduce_dtype is not None:
@@ -437,6 +453,8 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
         flags += ["--moe-dispatcher", features.moe_dispatcher]
     if features.cross_entropy != stack.cross_entropy:
         flags += ["--cross-entropy", features.cross_entropy]
+    if features.cuda_graph != stack.cuda_graph:
+        flags += ["--cuda-graph", features.cuda_graph]
     if features.fp8_recipe != stack.fp8_recipe:
         flags += ["--fp8-recipe", features.fp8_recipe]
     for name in ("moe_imbalance", "moe_capacity_factor"):

@@ -100,6 +100,18 @@ class PerfConstants:
     drains the launch queue, so the GPU then waits for the launches of the rest
     of the layer: about a hundred kernels at ~10 us each, forward and backward,
     ~2 ms. Fitted (benchmarks/fit_perf.py) on the MoE rows."""
+    moe_expert_kernels: dict = field(default_factory=dict)
+    """Kernels Transformer Engine's grouped expert MLP runs for each local expert in
+    one micro-batch (heuristics/perf.yaml): ``gemms`` (forward and backward) and,
+    in FP8/NVFP4, ``quantisations`` of each expert's GEMM inputs. ``{}``: none
+    counted (``expert_kernels_s``)."""
+    kernel_launch_host_s: float = 0.0
+    """Host seconds to launch one kernel from C++ (a CUDA launch), paid on the
+    GPU's clock where the launches are not inside a CUDA graph and the GPU waits
+    for them (``expert_kernels_s``)."""
+    kernel_gpu_floor_s: float = 0.0
+    """GPU seconds below which no kernel runs (its start, the first wave's memory
+    latency, the tail), whatever its FLOPs and bytes (``expert_kernels_s``)."""
     grad_bucket_params: dict = field(default_factory=lambda: {"min": 4e7, "per_rank": 1e6})
     """Parameters per data-parallel bucket of an overlapped grad reduce / param
     gather: max(``min``, ``per_rank`` x group size) (heuristics/perf.yaml)."""
@@ -194,7 +206,7 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
     scalars = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup",
                "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
                "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n",
-               "moe_layer_overhead_s")
+               "moe_layer_overhead_s", "kernel_launch_host_s", "kernel_gpu_floor_s")
     tiles = {name: {g: float(sourced_number(data[name], g, path)) for g in data[name]}
              for name in ("attention_tile_keys", "attention_causal_keys") if data.get(name)}
     overheads = data.get("layer_overhead_s") or {}
@@ -202,6 +214,7 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
     buckets = data.get("grad_bucket_params") or {}
     if buckets and set(buckets) != {"min", "per_rank"}:
         raise CatalogError(f"{path}: 'grad_bucket_params' needs 'min' and 'per_rank'")
+    kernels = data.get("moe_expert_kernels") or {}
     attention = data.get("attention_efficiency") or {}
     if not all(isinstance(v, dict) and "value" not in v for v in attention.values()):
         raise CatalogError(f"{path}: 'attention_efficiency' maps kernel -> generation -> number")
@@ -212,6 +225,7 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
         layer_overhead_s={k: float(sourced_number(overheads, k, path)) for k in overheads},
         cross_entropy_bytes_per_logit={k: float(sourced_number(entropy, k, path))
                                        for k in entropy},
+        moe_expert_kernels={k: float(sourced_number(kernels, k, path)) for k in kernels},
         **({"grad_bucket_params": {k: float(sourced_number(buckets, k, path))
                                    for k in buckets}} if buckets else {}),
         **tiles, **{k: float(sourced_number(data, k, path)) for k in scalars})
@@ -516,7 +530,10 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd)
     ep = 0.0
     if "ep_comm" in times:
-        fixed = fixed + layers * c.moe_layer_overhead_s
+        kernels_fwd, kernels_bwd = times["expert_kernels"]
+        # A recomputed MoE block runs its experts' forward kernels again.
+        fixed = (fixed + layers * (c.moe_layer_overhead_s + kernels_fwd + kernels_bwd)
+                 + (rc_layers + np.where(block, layers, 0.0)) * kernels_fwd)
         # A recomputed MoE block dispatches and combines its tokens again.
         ep = _exposed_ep_comm(times["ep_comm"], layers, rc_layers + np.where(block, layers, 0.0),
                               3.0 * layer_fwd - 2.0 * attn + attn_bwd,
@@ -611,7 +628,7 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         moe_bytes = -_dense_mlp_bytes(model, tokens, t, plans.sp)
         linear, total = linear + moe_bytes, total + moe_bytes
         traffic = block["traffic_s"]
-        extra = {"ep_comm": block["ep_comm"]}
+        extra = {"ep_comm": block["ep_comm"], "expert_kernels": block["expert_kernels_s"]}
         gemms = gemms + [block["up_gemm"]]
     return {**extra, "layer": weight_gemm + traffic + attn + factor * total, "attention": attn,
             "mla_up": mla_up, "mlp_fwd": mlp_fwd,
@@ -755,7 +772,44 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
     traffic = copies * _routed_copy_bytes(model, workload.precision != "bf16", etp) * load / hbm
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
             "up_gemm": expert_up + shared_up, "traffic_s": traffic,
-            "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp)}
+            "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp),
+            "expert_kernels_s": expert_kernels_s(c, sw, n_exp / ep,
+                                                 workload.precision != "bf16")}
+
+
+def expert_kernels_s(c: PerfConstants, sw: SoftwareFeatures, local_experts,
+                     quantised: bool) -> tuple:
+    """(forward, backward) seconds of one MoE layer's per-expert kernel costs in
+    one micro-batch on one GPU: what its local experts' kernels cost beyond their
+    FLOPs and bytes.
+
+    megatron-core's grouped expert MLP (``TEGroupedMLP``, Transformer Engine's
+    ``GroupedLinear``) runs one GEMM per local expert (TE's grouped GEMM loops
+    over the experts' GEMMs in C++), and in FP8 quantises each expert's GEMM
+    input apart (TE ``split_quantize``): per expert the fc1 and fc2 forward GEMMs,
+    their data- and weight-gradient GEMMs, and in FP8 the quantisation of the two
+    forward inputs and the two output gradients (``moe_expert_kernels``). Each
+    such kernel takes at least ``kernel_gpu_floor_s`` on the GPU. Its launch,
+    ``kernel_launch_host_s`` of host time, is on the GPU's clock too unless the
+    step runs as one CUDA graph (``cuda_graph`` ``full-iteration``): the MoE
+    layer copies its token counts to the host before sizing its buffers
+    (``moe_layer_overhead_s``), so the queue is empty when the experts' kernels
+    are launched, and the GPU waits for each. Transformer Engine's scoped graphs
+    (attention, router, preprocess) leave the experts eager. So the cost grows
+    with the local experts, E / ep: DeepSeek-V3 at EP 8 keeps 32 a GPU, at EP 64
+    four. Nothing here is fitted."""
+    kernels = c.moe_expert_kernels
+    if not kernels:
+        return 0.0, 0.0
+    per_kernel = c.kernel_gpu_floor_s + (
+        0.0 if sw.cuda_graph == "full-iteration" else c.kernel_launch_host_s)
+    gemms = kernels.get("gemms", 0.0)
+    quants = kernels.get("quantisations", 0.0) if quantised else 0.0
+    # A third of the GEMMs (fc1, fc2) and half of the quantisations (the inputs)
+    # run in the forward; the rest in the backward.
+    forward = (gemms / 3.0 + quants / 2.0) * per_kernel * np.asarray(local_experts, float)
+    backward = (2.0 * gemms / 3.0 + quants / 2.0) * per_kernel * np.asarray(local_experts, float)
+    return forward, backward
 
 
 def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp) -> float:

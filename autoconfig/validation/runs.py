@@ -470,6 +470,19 @@ def _recipe_flag(row: dict, key: str) -> bool | None:
     return None if match is None else match.group(1) == "true"
 
 
+def _cuda_graph(row: dict) -> str | None:
+    """The row's recipe's CUDA-graph scope (``recipe_settings`` ``cuda_graph=``):
+    ``none``, Transformer Engine's scoped graphs (``te:attn+moe_router+...``) or
+    ``full_iteration``; None where it states none."""
+    match = re.search(r"(?:^|;)\s*cuda_graph=([^;]+)", row.get("recipe_settings") or "")
+    if match is None:
+        return None
+    scope = match.group(1).strip()
+    if scope == "full_iteration":
+        return "full-iteration"
+    return "te-scoped" if scope.startswith("te:") or scope == "transformer_engine" else "none"
+
+
 def _stage_split(row: dict, model: ModelSpec, pp: int, assumptions: list[str]) -> tuple[int, int]:
     """(first, last) stage layers: what the row's ``pipeline_split`` states
     (``short-last``: every stage ceil(L/pp) layers, the last the rest, as Bridge's
@@ -529,6 +542,9 @@ def _software(row: dict, settings: dict) -> tuple[str, SoftwareFeatures]:
     if dispatcher or overlap:
         features = with_overrides(features, moe_dispatcher=dispatcher or None,
                                   moe_a2a_overlap={"true": True, "false": False}.get(overlap))
+    graph = _cuda_graph(row)
+    if graph:
+        features = with_overrides(features, cuda_graph=graph)
     tp_overlap = _recipe_flag(row, "tp_comm_overlap")
     if tp_overlap is not None:
         # the row's recipe sets TP comm-GEMM overlap apart from its stack (the

@@ -71,6 +71,8 @@ def autoconfig_config():
     cfg.ddp.overlap_param_gather = False
     cfg.ddp.grad_reduce_in_fp32 = True
     cfg.model.gradient_accumulation_fusion = True
+    cfg.model.cuda_graph_impl = 'none'
+    cfg.model.cuda_graph_scope = []
     cfg.model.cross_entropy_loss_fusion = False
     cfg.mixed_precision.grad_reduce_in_fp32 = True
     cfg.dataset.seq_length = 2048
