@@ -18,12 +18,14 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
 PINNED_MAPE_PCT = {"S01": 3.4, "S04": 2.7, "S05": 3.4, "S08": 4.2, "S09": 5.1, "S10": 6.5,
-                   "S15": 17.6, "S18": 2.9, "S19": 5.2, "S20": 2.4, "S21": 3.1}
+                   "S15": 17.6, "S18": 2.8, "S19": 4.9, "S20": 2.4, "S21": 3.1}
 """Since each local expert's kernels are priced (step_time.expert_kernels_s: 6 GEMMs and,
 in FP8, 4 quantisations at the 3 us kernel floor plus, outside a whole-iteration CUDA
 graph, a 6.4 us launch each; DeepSeek-V3 at EP 8 keeps 32 experts a GPU) and S21's two
 BF16 H100 rows joined the MoE fit (per-layer cost 1.39 -> 1.00 ms): S19 8.8% -> 5.2%,
-S18 2.8% -> 2.9%, S05 3.5% -> 3.4%; overall 5.8% -> 5.4%.
+S18 2.8% -> 2.9%, S05 3.5% -> 3.4%; overall 5.8% -> 5.4%. Then the alltoall dispatcher's
+two regrouping copies by local expert counted as traffic, refitted: S19 5.2% -> 4.9%,
+S18 2.9% -> 2.8%, overall 5.4% -> 5.3%.
 Since fused attention's FLOPs follow the heads' widths, 2 s a (d_qk + d_v), instead of
 the GPT shape's 4 s h (Qwen3's 128-wide heads on a narrower stream do 2x it, DeepSeek-V3's
 MLA heads 2.86x) and the constants were refitted (MoE per-layer cost 2.08 -> 1.39 ms):
@@ -68,7 +70,7 @@ model now 6.0% fast: the elementwise factor the loss had partly stood in for fel
 With fused attention's measured per-query-tile cost on Hopper (heuristics/perf.yaml
 attention_tile_keys; benchmarks/gpu/attention.csv) S09 went 6.7% -> 6.5%, S01 5.8% ->
 5.9%, S10 5.5% -> 5.6%, S15 14.6% -> 14.5% (held out: S09 8.8% -> 7.3%, S08 9.6% -> 8.7%)."""
-PINNED_OVERALL_PCT = 5.4
+PINNED_OVERALL_PCT = 5.3
 PINNED_SPEARMAN = 0.79
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.81 since MT-NLG's rows lowered Megatron-DeepSpeed's fitted per-layer cost (BLOOM's

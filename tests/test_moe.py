@@ -368,3 +368,25 @@ def test_recipe_cuda_graph_scope_reaches_the_run():
 def test_bad_cuda_graph_is_a_one_line_error():
     with pytest.raises(InputError, match="invalid --cuda-graph 'all'.*none, te-scoped"):
         with_overrides(load_stack("nemo").features, cuda_graph="all")
+
+
+def test_alltoall_dispatcher_regroups_copies_only_with_several_local_experts():
+    """megatron-core's alltoall dispatcher sorts the received copies by local
+    expert and back (two copies of every routed token); HybridEP writes them in
+    place, and with one expert a rank there is nothing to sort."""
+    from autoconfig.core.catalog import get_gpu as gpu
+    from autoconfig.training.step_time import _forward_times, load_constants
+    m, w = get_model("qwen3-30b-a3b"), Workload(512, 4096, "fp8")
+    c = load_constants()
+
+    def traffic(dispatcher, ep):
+        sw = with_overrides(load_stack("nemo").features, moe_dispatcher=dispatcher)
+        plans = PlanTable.from_plans([_plan(dp=ep, ep=ep)])
+        return float(np.asarray(_forward_times(m, w, plans, gpu("b200"), c, sw, "moe",
+                                               cluster=_cluster("b200", 128))["layer"])[0])
+
+    copies_per_gpu = 4096 * m.moe_topk
+    sort_s = 2 * 4.0 * m.hidden_size * copies_per_gpu / (
+        gpu("b200").hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency)
+    assert traffic("alltoall", 8) - traffic("flex-hybridep", 8) == pytest.approx(sort_s, rel=1e-6)
+    assert traffic("alltoall", 128) == pytest.approx(traffic("flex-hybridep", 128))

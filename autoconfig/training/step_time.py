@@ -769,7 +769,13 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
         shared_up, shared_down = (weight_gemm(fl, n, kk, m=tokens * scale)
                                   for fl, n, kk, scale in (_linear_gemm(x, t) for x in shared))
     hbm = cluster.gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    traffic = copies * _routed_copy_bytes(model, workload.precision != "bf16", etp) * load / hbm
+    # megatron-core's alltoall dispatcher regroups the received copies by local
+    # expert after the exchange and back before it (token_dispatcher.py
+    # "Permutation 2" / "Unpermutation 2", sort_chunks_by_idxs) wherever a rank
+    # holds more than one expert; the fused dispatchers write them in place.
+    sorts = np.where((n_exp / ep > 1) & (sw.moe_dispatcher == "alltoall"), 2.0, 0.0)
+    traffic = copies * (_routed_copy_bytes(model, workload.precision != "bf16", etp)
+                        + sorts * 4.0 * h) * load / hbm
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
             "up_gemm": expert_up + shared_up, "traffic_s": traffic,
             "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp),
@@ -826,10 +832,13 @@ def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp) -> float:
       write F) for the expert GEMMs; NVFP4 (quantised too) is counted the same.
 
     Counted for every dispatcher, although HybridEP writes the copies
-    expert-major itself (megatron-core 0.16 ``_HybridEPManager``: no permute)
-    and the alltoall dispatcher adds ``sort_chunks_by_idxs`` passes: counting
-    0, 1 or 2 passes by dispatcher raised the refit MoE MAPE (S18 6.1% -> 8.1%,
-    S19 9.9% -> 11.4%), so these bytes stand for HybridEP's own HBM traffic too.
+    expert-major itself (megatron-core 0.16 ``_HybridEPManager``: no permute):
+    counting 0, 1 or 2 passes by dispatcher raised the refit MoE MAPE (S18 6.1%
+    -> 8.1%, S19 9.9% -> 11.4%), so these bytes stand for HybridEP's own HBM
+    traffic too. The alltoall dispatcher's two regrouping copies by local
+    expert (read 2h, write 2h each) are added by ``_moe_block_times``: since
+    the per-expert kernels are priced (``expert_kernels_s``) they take the MoE
+    rows from 4.9% to 4.6% in-sample (refitted).
     """
     h = model.hidden_size
     f = model.moe_ffn_hidden_size / np.asarray(etp, dtype=float)
