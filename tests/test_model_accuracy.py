@@ -18,14 +18,16 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
 PINNED_MAPE_PCT = {"S01": 3.4, "S04": 2.7, "S05": 3.4, "S08": 4.2, "S09": 5.1, "S10": 6.5,
-                   "S15": 17.6, "S18": 2.8, "S19": 4.9, "S20": 2.4, "S21": 3.1}
+                   "S15": 17.6, "S18": 2.6, "S19": 4.4, "S20": 2.4, "S21": 3.2}
 """Since each local expert's kernels are priced (step_time.expert_kernels_s: 6 GEMMs and,
 in FP8, 4 quantisations at the 3 us kernel floor plus, outside a whole-iteration CUDA
 graph, a 6.4 us launch each; DeepSeek-V3 at EP 8 keeps 32 experts a GPU) and S21's two
 BF16 H100 rows joined the MoE fit (per-layer cost 1.39 -> 1.00 ms): S19 8.8% -> 5.2%,
 S18 2.8% -> 2.9%, S05 3.5% -> 3.4%; overall 5.8% -> 5.4%. Then the alltoall dispatcher's
 two regrouping copies by local expert counted as traffic, refitted: S19 5.2% -> 4.9%,
-S18 2.9% -> 2.8%, overall 5.4% -> 5.3%.
+S18 2.9% -> 2.8%, overall 5.4% -> 5.3%. Then the routed copies' FP8 casts at the recipe's
+bytes per element (current scaling 6, MXFP8 4.06, where a flat 3 had stood), refitted
+(MoE per-layer cost 1.00 -> 0.95 ms): S19 4.9% -> 4.4%, S18 2.8% -> 2.6%, S21 3.1% -> 3.2%.
 Since fused attention's FLOPs follow the heads' widths, 2 s a (d_qk + d_v), instead of
 the GPT shape's 4 s h (Qwen3's 128-wide heads on a narrower stream do 2x it, DeepSeek-V3's
 MLA heads 2.86x) and the constants were refitted (MoE per-layer cost 2.08 -> 1.39 ms):

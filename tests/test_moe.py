@@ -390,3 +390,16 @@ def test_alltoall_dispatcher_regroups_copies_only_with_several_local_experts():
         gpu("b200").hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency)
     assert traffic("alltoall", 8) - traffic("flex-hybridep", 8) == pytest.approx(sort_s, rel=1e-6)
     assert traffic("alltoall", 128) == pytest.approx(traffic("flex-hybridep", 128))
+
+
+def test_routed_copies_are_cast_at_the_recipes_bytes():
+    """Each routed copy and its expert activation are quantised at the FP8 recipe's
+    bytes per element (current scaling reads the input twice), as dense inputs are."""
+    from autoconfig.training.fp8 import cast_bytes_per_element
+    from autoconfig.training.step_time import _routed_copy_bytes
+    m = get_model("qwen3-30b-a3b")
+    h, f = m.hidden_size, m.moe_ffn_hidden_size
+    tensorwise, delayed = (_routed_copy_bytes(m, True, 1, cast_bytes_per_element(r))
+                           for r in ("tensorwise", "delayed"))
+    assert tensorwise - delayed == pytest.approx(2.0 * (h + f))
+    assert _routed_copy_bytes(m, False, 1, 6.0) == _routed_copy_bytes(m, False, 1, 0.0)
