@@ -531,11 +531,12 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
     ep = 0.0
     if "ep_comm" in times:
         kernels_fwd, kernels_bwd = times["expert_kernels"]
-        # A recomputed MoE block runs its experts' forward kernels again.
+        # A recomputed MoE block runs its experts' forward kernels again, and
+        # dispatches and combines its tokens again.
+        recomputed = rc_layers + np.where(block, layers, 0.0)
         fixed = (fixed + layers * (c.moe_layer_overhead_s + kernels_fwd + kernels_bwd)
-                 + (rc_layers + np.where(block, layers, 0.0)) * kernels_fwd)
-        # A recomputed MoE block dispatches and combines its tokens again.
-        ep = _exposed_ep_comm(times["ep_comm"], layers, rc_layers + np.where(block, layers, 0.0),
+                 + recomputed * kernels_fwd)
+        ep = _exposed_ep_comm(times["ep_comm"], layers, recomputed,
                               3.0 * layer_fwd - 2.0 * attn + attn_bwd,
                               sw.moe_a2a_overlap
                               & a2a_overlap_allowed(model, plans, sw.moe_dispatcher))
@@ -769,14 +770,10 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
         shared_up, shared_down = (weight_gemm(fl, n, kk, m=tokens * scale)
                                   for fl, n, kk, scale in (_linear_gemm(x, t) for x in shared))
     hbm = cluster.gpu.hbm_bandwidth_gb_per_s * 1e9 * c.hbm_efficiency
-    # megatron-core's alltoall dispatcher regroups the received copies by local
-    # expert after the exchange and back before it (token_dispatcher.py
-    # "Permutation 2" / "Unpermutation 2", sort_chunks_by_idxs) wherever a rank
-    # holds more than one expert; the fused dispatchers write them in place.
-    sorts = np.where((n_exp / ep > 1) & (sw.moe_dispatcher == "alltoall"), 2.0, 0.0)
-    cast = quantised_cast_bytes(workload, sw, cluster.gpu)
-    traffic = copies * (_routed_copy_bytes(model, workload.precision != "bf16", etp, cast)
-                        + sorts * 4.0 * h) * load / hbm
+    regroups = np.where((n_exp / ep > 1) & (sw.moe_dispatcher == "alltoall"), 2.0, 0.0)
+    traffic = copies * _routed_copy_bytes(model, workload.precision != "bf16", etp,
+                                          quantised_cast_bytes(workload, sw, cluster.gpu),
+                                          regroups) * load / hbm
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
             "up_gemm": expert_up + shared_up, "traffic_s": traffic,
             "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp),
@@ -819,7 +816,8 @@ def expert_kernels_s(c: PerfConstants, sw: SoftwareFeatures, local_experts,
     return forward, backward
 
 
-def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp, cast_bytes: float) -> float:
+def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp, cast_bytes: float,
+                       regroups=0.0) -> float:
     """HBM bytes the forward of one MoE layer moves per routed token copy outside
     its GEMMs, at streaming speed (not the dense layers' fitted elementwise
     factor: these are whole-tensor copies and casts, megatron-core
@@ -829,6 +827,12 @@ def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp, cast_bytes: float
       expert output (2h), write the weighted copy back (2h) before the sum;
     * the activation: read the up-projection output (2 x 2F for SwiGLU's gate
       and up, 2F for GeLU) and write its output (2F), F = expert FFN / etp;
+    * ``regroups`` more copies of the token (read 2h, write 2h each):
+      megatron-core's alltoall dispatcher sorts the received copies by local
+      expert after the exchange and back before it (token_dispatcher.py
+      "Permutation 2" / "Unpermutation 2", ``sort_chunks_by_idxs``) wherever a
+      rank holds more than one expert, 2 there (``_moe_block_times``); the
+      fused dispatchers write the copies in place;
     * FP8 and NVFP4: quantise the copy (h) and the activation output (F) for
       the expert GEMMs at the recipe's bytes per element (``cast_bytes``,
       heuristics/fp8.yaml: the bf16 read, twice for current scaling, and both
@@ -840,15 +844,14 @@ def _routed_copy_bytes(model: ModelSpec, quantised: bool, etp, cast_bytes: float
     expert-major itself (megatron-core 0.16 ``_HybridEPManager``: no permute):
     counting 0, 1 or 2 passes by dispatcher raised the refit MoE MAPE (S18 6.1%
     -> 8.1%, S19 9.9% -> 11.4%), so these bytes stand for HybridEP's own HBM
-    traffic too. The alltoall dispatcher's two regrouping copies by local
-    expert (read 2h, write 2h each) are added by ``_moe_block_times``: since
-    the per-expert kernels are priced (``expert_kernels_s``) they take the MoE
-    rows from 4.9% to 4.6% in-sample (refitted).
+    traffic too. The alltoall dispatcher's regrouping copies, counted since the
+    per-expert kernels are priced (``expert_kernels_s``), took the MoE rows
+    from 4.9% to 4.6% in-sample (refitted).
     """
     h = model.hidden_size
     f = model.moe_ffn_hidden_size / np.asarray(etp, dtype=float)
     up = 2.0 if model.mlp_kind == "swiglu" else 1.0
-    copy = 8.0 * h + 2.0 * up * f + 2.0 * f
+    copy = 8.0 * h + 2.0 * up * f + 2.0 * f + regroups * 4.0 * h
     if quantised:
         copy = copy + cast_bytes * (h + f)
     return copy
