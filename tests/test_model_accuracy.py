@@ -18,8 +18,12 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
 PINNED_MAPE_PCT = {"S01": 3.4, "S04": 2.7, "S05": 3.4, "S08": 4.2, "S09": 5.1, "S10": 6.5,
-                   "S15": 17.6, "S18": 2.6, "S19": 4.4, "S20": 2.4, "S21": 3.2}
-"""Since each local expert's kernels are priced (step_time.expert_kernels_s: 6 GEMMs and,
+                   "S15": 17.6, "S18": 2.6, "S19": 3.8, "S20": 2.4, "S21": 3.2}
+"""Since the experts' FP8 quantisations launch their recipe's kernels (heuristics/fp8.yaml
+expert_quantisation_kernels: current scaling 3 an expert, amax and scale before the cast;
+MXFP8 and blockwise 1; delayed scaling 1 fused for all), refitted: S19 4.4% -> 3.8%
+(Qwen3-30B-A3B in current scaling on 16 H100 16-18% -> 8-10% fast), overall 5.3% -> 5.2%.
+Since each local expert's kernels are priced (step_time.expert_kernels_s: 6 GEMMs and,
 in FP8, 4 quantisations at the 3 us kernel floor plus, outside a whole-iteration CUDA
 graph, a 6.4 us launch each; DeepSeek-V3 at EP 8 keeps 32 experts a GPU) and S21's two
 BF16 H100 rows joined the MoE fit (per-layer cost 1.39 -> 1.00 ms): S19 8.8% -> 5.2%,
@@ -72,7 +76,7 @@ model now 6.0% fast: the elementwise factor the loss had partly stood in for fel
 With fused attention's measured per-query-tile cost on Hopper (heuristics/perf.yaml
 attention_tile_keys; benchmarks/gpu/attention.csv) S09 went 6.7% -> 6.5%, S01 5.8% ->
 5.9%, S10 5.5% -> 5.6%, S15 14.6% -> 14.5% (held out: S09 8.8% -> 7.3%, S08 9.6% -> 8.7%)."""
-PINNED_OVERALL_PCT = 5.3
+PINNED_OVERALL_PCT = 5.2
 PINNED_SPEARMAN = 0.79
 """Size-weighted within-group rank correlation, in-sample (lower bound, 0.02 below).
 0.81 since MT-NLG's rows lowered Megatron-DeepSpeed's fitted per-layer cost (BLOOM's

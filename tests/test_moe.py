@@ -338,14 +338,14 @@ def test_expert_kernels_grow_with_local_experts_and_whole_iteration_graphs_hide_
     c = load_constants()
     eager, graphed = (with_overrides(load_stack("nemo").features, cuda_graph=g)
                       for g in ("none", "full-iteration"))
-    fwd8, bwd8 = expert_kernels_s(c, eager, 8.0, quantised=True)
-    fwd32, bwd32 = expert_kernels_s(c, eager, 32.0, quantised=True)
+    mxfp8 = (1.0, 0.0)                        # one cast kernel per expert
+    fwd8, bwd8 = expert_kernels_s(c, eager, 8.0, mxfp8)
+    fwd32, bwd32 = expert_kernels_s(c, eager, 32.0, mxfp8)
     assert fwd32 + bwd32 == pytest.approx(4.0 * (fwd8 + bwd8))
     per_kernel = c.kernel_gpu_floor_s + c.kernel_launch_host_s
     assert fwd8 + bwd8 == pytest.approx(8 * (6 + 4) * per_kernel)      # 6 GEMMs, 4 casts
-    assert sum(expert_kernels_s(c, eager, 8.0, quantised=False)) == pytest.approx(
-        8 * 6 * per_kernel)
-    assert sum(expert_kernels_s(c, graphed, 8.0, quantised=True)) == pytest.approx(
+    assert sum(expert_kernels_s(c, eager, 8.0)) == pytest.approx(8 * 6 * per_kernel)   # bf16
+    assert sum(expert_kernels_s(c, graphed, 8.0, mxfp8)) == pytest.approx(
         8 * 10 * c.kernel_gpu_floor_s)
     assert bwd8 > fwd8 > 0
 
@@ -355,6 +355,32 @@ def test_expert_kernels_grow_with_local_experts_and_whole_iteration_graphs_hide_
                       cuda_graph="full-iteration").step_time_s[0] for ep in (8, 16)}
     assert full[8] < step[8] and full[16] < step[16]
     assert step[8] - full[8] > 1.9 * (step[16] - full[16])    # twice the local experts
+
+
+def test_expert_quantisation_kernels_follow_the_recipe():
+    """Transformer Engine quantises the experts' inputs per recipe: current scaling
+    computes each expert's amax and scale before its cast (3 kernels an expert),
+    MXFP8 one cast an expert, delayed scaling one fused cast for all; so on the
+    same layout current scaling costs the most and the gap grows with the local
+    experts, while delayed scaling's does not."""
+    from autoconfig.training.fp8 import expert_quantisation_kernels
+    from autoconfig.training.step_time import expert_kernels_s, load_constants
+    c = load_constants()
+    b200, h100 = _cluster("b200", 8).gpu, _cluster("h100-80gb", 8).gpu
+    kernels = {r: expert_quantisation_kernels(Workload(4096, 1024, "fp8"),
+                                              with_overrides(load_stack("nemo").features,
+                                                             fp8_recipe=r), b200)
+               for r in ("tensorwise", "mxfp8", "delayed")}
+    assert kernels == {"tensorwise": (3.0, 0.0), "mxfp8": (1.0, 0.0), "delayed": (0.0, 1.0)}
+    assert expert_quantisation_kernels(Workload(4096, 1024, "bf16"),
+                                       load_stack("nemo").features, h100) == (0.0, 0.0)
+    eager = with_overrides(load_stack("nemo").features, cuda_graph="none")
+    cost = {r: {n: sum(expert_kernels_s(c, eager, n, k)) for n in (4.0, 16.0)}
+            for r, k in kernels.items()}
+    assert cost["tensorwise"][16.0] > cost["mxfp8"][16.0] > cost["delayed"][16.0]
+    gemms_only = sum(expert_kernels_s(c, eager, 16.0)) - sum(expert_kernels_s(c, eager, 4.0))
+    assert cost["delayed"][16.0] - cost["delayed"][4.0] == pytest.approx(gemms_only)
+    assert cost["tensorwise"][16.0] - cost["tensorwise"][4.0] > 2.0 * gemms_only
 
 
 def test_recipe_cuda_graph_scope_reaches_the_run():

@@ -44,6 +44,8 @@ def _table(key: str) -> dict:
         raise CatalogError(f"{where}: missing mapping {key!r}")
     if key == "generations":
         return {name: tuple(sourced_field(raw, name, where)[0]) for name in raw}
+    if key == "expert_quantisation_kernels":
+        return {name: _quant_kernels(sourced_field(raw, name, where)[0], where) for name in raw}
     return {name: sourced_entry(raw, name, where).value for name in raw}
 
 
@@ -114,7 +116,34 @@ def _nvfp4() -> dict:
         if isinstance(value, str) or value <= 0:
             raise CatalogError(f"{where}: nvfp4 {key} {value!r} is not a positive number")
         table[key] = float(value)
+    table["expert_quantisation_kernels"] = _quant_kernels(
+        sourced_field(raw, "expert_quantisation_kernels", where)[0], where)
     return table
+
+
+def _quant_kernels(entry, where: str) -> tuple[float, float]:
+    """(per_expert, per_group) of one ``expert_quantisation_kernels`` entry."""
+    if not isinstance(entry, dict) or set(entry) != {"per_expert", "per_group"} or any(
+            isinstance(v, (str, bool)) or not isinstance(v, (int, float)) or v < 0
+            for v in entry.values()):
+        raise CatalogError(f"{where}: expert_quantisation_kernels {entry!r} is not a mapping of "
+                           "per_expert and per_group to counts >= 0")
+    return float(entry["per_expert"]), float(entry["per_group"])
+
+
+def expert_quantisation_kernels(workload, software, gpu) -> tuple[float, float]:
+    """(per local expert, per group of experts) kernels the run's recipe launches to
+    quantise one input of the experts' grouped GEMMs; (0, 0) in bf16. Current
+    scaling computes each expert's amax and scale before its cast (3 kernels an
+    expert), MXFP8 and blockwise cast each expert's slice in one kernel, delayed
+    scaling casts every slice in one fused kernel, NVFP4 in grouped kernels
+    (heuristics/fp8.yaml ``expert_quantisation_kernels``)."""
+    if workload.precision == "nvfp4":
+        return _nvfp4()["expert_quantisation_kernels"]
+    recipe = workload_recipe(workload, software, gpu)
+    if recipe is None:
+        return 0.0, 0.0
+    return _table("expert_quantisation_kernels")[recipe]
 
 
 def nvfp4_value(key: str) -> float:

@@ -51,8 +51,8 @@ from autoconfig.training.activations import cross_attention_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
-from autoconfig.training.fp8 import (gemm_time_vs_per_tensor, quantised_cast_bytes,
-                                      quantised_gemm, workload_recipe)
+from autoconfig.training.fp8 import (expert_quantisation_kernels, gemm_time_vs_per_tensor,
+                                     quantised_cast_bytes, quantised_gemm, workload_recipe)
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures, grad_accum_bytes_per_param
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -777,12 +777,12 @@ def _moe_block_times(model: ModelSpec, workload: Workload, plans: PlanTable, clu
     return {"gemm": expert_up + expert_down + router + shared_up + shared_down,
             "up_gemm": expert_up + shared_up, "traffic_s": traffic,
             "ep_comm": _dispatch_combine_s(model, cluster, c, sw, local, ep, etp),
-            "expert_kernels_s": expert_kernels_s(c, sw, n_exp / ep,
-                                                 workload.precision != "bf16")}
+            "expert_kernels_s": expert_kernels_s(
+                c, sw, n_exp / ep, expert_quantisation_kernels(workload, sw, cluster.gpu))}
 
 
 def expert_kernels_s(c: PerfConstants, sw: SoftwareFeatures, local_experts,
-                     quantised: bool) -> tuple:
+                     quant_kernels: tuple = (0.0, 0.0)) -> tuple:
     """(forward, backward) seconds of one MoE layer's per-expert kernel costs in
     one micro-batch on one GPU: what its local experts' kernels cost beyond their
     FLOPs and bytes.
@@ -793,7 +793,13 @@ def expert_kernels_s(c: PerfConstants, sw: SoftwareFeatures, local_experts,
     input apart (TE ``split_quantize``): per expert the fc1 and fc2 forward GEMMs,
     their data- and weight-gradient GEMMs, and in FP8 the quantisation of the two
     forward inputs and the two output gradients (``moe_expert_kernels``). Each
-    such kernel takes at least ``kernel_gpu_floor_s`` on the GPU. Its launch,
+    such kernel takes at least ``kernel_gpu_floor_s`` on the GPU. A
+    quantisation is ``quant_kernels`` = (per local expert, per group) kernels
+    by recipe (``fp8.expert_quantisation_kernels``): current scaling computes
+    each expert's amax and scale before its cast (3 an expert), MXFP8 and
+    blockwise cast each expert in one, delayed scaling casts them all in one
+    fused kernel. Until 2026-11-29 every recipe was priced at one kernel an
+    expert. Its launch,
     ``kernel_launch_host_s`` of host time, is on the GPU's clock too unless the
     step runs as one CUDA graph (``cuda_graph`` ``full-iteration``): the MoE
     layer copies its token counts to the host before sizing its buffers
@@ -808,11 +814,14 @@ def expert_kernels_s(c: PerfConstants, sw: SoftwareFeatures, local_experts,
     per_kernel = c.kernel_gpu_floor_s + (
         0.0 if sw.cuda_graph == "full-iteration" else c.kernel_launch_host_s)
     gemms = kernels.get("gemms", 0.0)
-    quants = kernels.get("quantisations", 0.0) if quantised else 0.0
+    sites = kernels.get("quantisations", 0.0)
+    per_expert, per_group = quant_kernels
+    local = np.asarray(local_experts, float)
     # A third of the GEMMs (fc1, fc2) and half of the quantisations (the inputs)
     # run in the forward; the rest in the backward.
-    forward = (gemms / 3.0 + quants / 2.0) * per_kernel * np.asarray(local_experts, float)
-    backward = (2.0 * gemms / 3.0 + quants / 2.0) * per_kernel * np.asarray(local_experts, float)
+    quants = sites / 2.0 * (per_expert * local + per_group)
+    forward = (gemms / 3.0 * local + quants) * per_kernel
+    backward = (2.0 * gemms / 3.0 * local + quants) * per_kernel
     return forward, backward
 
 
