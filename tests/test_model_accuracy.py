@@ -17,9 +17,14 @@ from autoconfig.validation.scoring import validate, weighted_spearman
 
 TOLERANCE_PCT = 0.5
 OVERALL_TOLERANCE_PCT = 0.3
-PINNED_MAPE_PCT = {"S01": 3.4, "S04": 2.7, "S05": 3.4, "S08": 4.2, "S09": 5.1, "S10": 6.5,
-                   "S15": 17.6, "S18": 2.6, "S19": 3.8, "S20": 2.4, "S21": 3.2}
-"""Since the experts' FP8 quantisations launch their recipe's kernels (heuristics/fp8.yaml
+PINNED_MAPE_PCT = {"S01": 2.8, "S04": 3.0, "S05": 3.6, "S08": 4.2, "S09": 5.1, "S10": 6.5,
+                   "S15": 17.1, "S18": 2.6, "S19": 3.8, "S20": 2.4, "S21": 3.1}
+"""Since a training all-reduce's latency is NCCL's (step_time.allreduce_s: 8.4 us a collective
+plus 3.4 us an NVLink ring step, where 10 us a step had stood; heuristics/perf.yaml
+nvlink_step_latency_s, collective_base_latency_s), refitted: S01 3.4% -> 2.8%, S15 17.6% ->
+17.1%, S21 3.2% -> 3.1%; S04 2.7% -> 3.0%, S05 3.4% -> 3.6%; held out S01 4.7% -> 3.3%,
+S15 19.4% -> 18.4%, S20 8.4% -> 7.4%, overall 5.8% -> 5.7%.
+Since the experts' FP8 quantisations launch their recipe's kernels (heuristics/fp8.yaml
 expert_quantisation_kernels: current scaling 3 an expert, amax and scale before the cast;
 MXFP8 and blockwise 1; delayed scaling 1 fused for all), refitted: S19 4.4% -> 3.8%
 (Qwen3-30B-A3B in current scaling on 16 H100 16-18% -> 8-10% fast), overall 5.3% -> 5.2%.

@@ -49,6 +49,29 @@ def test_hierarchical_allreduce_reduces_to_flat_rings():
     assert hierarchical_allreduce_s(1e9, 16, 8, 3e11, 2.5e10) == pytest.approx(expected)
 
 
+def test_training_allreduce_latency_follows_nccl_model_by_link():
+    """A training all-reduce's latency is NCCL's: a base per collective plus a
+    step latency per ring step, NVLink's inside a domain and the network's
+    across; an empty message costs exactly that."""
+    from autoconfig.training.step_time import allreduce_s
+    c = load_constants()
+    base, nv_step, net_step = (c.collective_base_latency_s, c.nvlink_step_latency_s,
+                               c.comm_latency_s)
+    assert nv_step < net_step
+    # 8 ranks in one domain: 14 NVLink steps
+    assert allreduce_s(c, 0.0, 8, 8, 3e11, 2.5e10) == pytest.approx(base + 14 * nv_step)
+    # 16 ranks, 8 a node: 14 NVLink steps and 2 network steps, one base
+    assert allreduce_s(c, 0.0, 16, 8, 3e11, 2.5e10) == pytest.approx(
+        base + 14 * nv_step + 2 * net_step)
+    assert allreduce_s(c, 0.0, 1, 1, 3e11, 2.5e10) == 0.0
+    # the bytes still cost what the rings move
+    assert allreduce_s(c, 1e9, 8, 8, 3e11, 2.5e10) == pytest.approx(
+        ring_allreduce_s(1e9, 8, 3e11) + base + 14 * nv_step)
+    # TP 8 now costs less than twice TP 4's latency, as a ring of 14 steps against 6
+    tp4, tp8 = (allreduce_s(c, 0.0, n, n, 3e11, 2.5e10) for n in (4, 8))
+    assert tp8 / tp4 < 14 / 6
+
+
 def test_members_in_domain_follow_megatron_rank_order():
     assert members_in_domain(16, 1, 8) == 8     # tp-like inner group
     assert members_in_domain(16, 8, 8) == 1     # dp group over tp=8: one per node

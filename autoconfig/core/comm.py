@@ -22,18 +22,24 @@ def ring_allreduce_s(nbytes, n, bandwidth_bytes_per_s, latency_s=0.0):
 
 
 def hierarchical_allreduce_s(nbytes, n, members_per_domain, nvlink_bytes_per_s,
-                             ib_bytes_per_s, latency_s=0.0):
+                             ib_bytes_per_s, latency_s=0.0, nvlink_latency_s=None,
+                             base_latency_s=0.0):
     """All-reduce of a group of ``n`` ranks with ``members_per_domain`` of them
     in each NVLink domain: NVLink ring for the in-domain part, then a ring of
     the ``n / k`` domains over InfiniBand carrying a ``1/k`` shard per rank.
     For ``k == n`` this is the flat NVLink ring; for ``k == 1`` the flat IB ring.
+    A step of the NVLink ring costs ``nvlink_latency_s`` (default
+    ``latency_s``), one of the network ring ``latency_s``, and the collective
+    ``base_latency_s`` once (NCCL's latency model: a base per collective plus
+    one per ring step, by link).
     """
     n = np.asarray(n, dtype=float)
     k = np.clip(np.asarray(members_per_domain, dtype=float), 1.0, n)
     domains = n / k
-    intra = ring_allreduce_s(nbytes, k, nvlink_bytes_per_s, latency_s)
+    step = latency_s if nvlink_latency_s is None else nvlink_latency_s
+    intra = ring_allreduce_s(nbytes, k, nvlink_bytes_per_s, step)
     inter = ring_allreduce_s(nbytes / k, domains, ib_bytes_per_s, latency_s)
-    return intra + inter
+    return intra + inter + np.where(n > 1, base_latency_s, 0.0)
 
 
 def members_in_domain(group_size, stride, domain_gpus):

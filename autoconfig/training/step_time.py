@@ -79,6 +79,11 @@ class PerfConstants:
     fp8_gemm_speedup: float = 1.5
     comm_bandwidth_efficiency: float = 0.8
     comm_latency_s: float = 1e-5
+    """A point-to-point send's latency and a ring step's over the scale-out network."""
+    nvlink_step_latency_s: float = 1e-5
+    """A ring step's latency over NVLink (``allreduce_s``)."""
+    collective_base_latency_s: float = 0.0
+    """A collective's fixed latency beyond its steps (``allreduce_s``)."""
     hbm_efficiency: float = 0.8
     optimizer_bytes_per_param: float = 30.0
     tp_comm_overlap: float = 0.0
@@ -204,7 +209,8 @@ def _load_constants_cached(path_text: str) -> PerfConstants:
     if not isinstance(eff, dict) or not eff:
         raise CatalogError(f"{path}: missing mapping 'gemm_efficiency_max'")
     scalars = ("gemm_size_factor", "elementwise_traffic_factor", "fp8_gemm_speedup",
-               "comm_bandwidth_efficiency", "comm_latency_s", "hbm_efficiency",
+               "comm_bandwidth_efficiency", "comm_latency_s", "nvlink_step_latency_s",
+               "collective_base_latency_s", "hbm_efficiency",
                "optimizer_bytes_per_param", "tp_comm_overlap", "gemm_tile_m", "gemm_tile_n",
                "moe_layer_overhead_s", "kernel_launch_host_s", "kernel_gpu_floor_s")
     tiles = {name: {g: float(sourced_number(data[name], g, path)) for g in data[name]}
@@ -878,7 +884,7 @@ def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
     if sw.moe_dispatcher == "allgather":
         k_in = members_in_domain(group, 1, cluster.nvlink_domain_gpus)
         gathered = group * local_tokens * token_bytes
-        one = 0.5 * hierarchical_allreduce_s(gathered, group, k_in, nv, ib, c.comm_latency_s)
+        one = 0.5 * allreduce_s(c, gathered, group, k_in, nv, ib)
         return np.where(group > 1, 2.0 * one, 0.0)
     in_domain = members_in_domain(ep, etp, cluster.nvlink_domain_gpus)
     if sw.moe_dispatcher.startswith("flex"):
@@ -892,8 +898,7 @@ def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
     over_network = local_tokens * token_bytes * network_copies
     copies = local_tokens * model.moe_topk * token_bytes
     a2a = np.maximum(over_nvlink / nv, over_network / ib) + c.comm_latency_s
-    gather = np.where(etp > 1, 0.5 * ring_allreduce_s(copies * etp, etp, nv, c.comm_latency_s),
-                      0.0)
+    gather = np.where(etp > 1, 0.5 * allreduce_s(c, copies * etp, etp, etp, nv, ib), 0.0)
     return np.where(ep > 1, 2.0 * a2a, 0.0) + 2.0 * gather
 
 
@@ -1049,6 +1054,24 @@ def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: fl
     return forward, 2.5 * forward
 
 
+def allreduce_s(c: PerfConstants, nbytes, n, members_per_domain, nvlink_bytes_per_s,
+                ib_bytes_per_s):
+    """Seconds of one training all-reduce of ``nbytes`` over ``n`` ranks
+    (hierarchical where the group spans NVLink domains; reduce-scatter and
+    all-gather are half of it). Its latency is the GPU's, as NCCL models it
+    (``collective_base_latency_s`` plus ``nvlink_step_latency_s`` a ring step
+    inside a domain, ``comm_latency_s`` across): in a training step the host
+    runs ahead of the large GEMMs, so a collective's launch waits in the queue
+    and only its own kernel's time is on the GPU's clock. Until 2026-11-29
+    every ring step cost ``comm_latency_s``, the 10 us a step of a
+    torch.distributed call timed from the host: a TP 8 all-reduce's 14 steps
+    then cost 140 us against NCCL's 56 (S01 3.4% -> 2.8%, S15 held out 19.4% ->
+    18.3%, S20 held out 8.4% -> 7.3%, S04 2.7% -> 3.0%; overall unchanged)."""
+    return hierarchical_allreduce_s(nbytes, n, members_per_domain, nvlink_bytes_per_s,
+                                    ib_bytes_per_s, c.comm_latency_s, c.nvlink_step_latency_s,
+                                    c.collective_base_latency_s)
+
+
 def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
                             async_backward_gemms=None):
     """Exposed TP communication of one micro-batch on one stage.
@@ -1069,10 +1092,9 @@ def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
     gpu = cluster.gpu
     nbytes = tokens * model.hidden_size * BF16_BYTES
     k = members_in_domain(t, 1, cluster.nvlink_domain_gpus)
-    one = hierarchical_allreduce_s(nbytes, t, k,
-                                   gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
-                                   gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
-                                   c.comm_latency_s)
+    one = allreduce_s(c, nbytes, t, k,
+                      gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency,
+                      gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency)
     if async_backward_gemms is None:
         backward = 2.0 * one
     else:
@@ -1169,9 +1191,8 @@ def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s,
     k = members_in_domain(group, stride, cluster.nvlink_domain_gpus)
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
-    grads = hierarchical_allreduce_s(params * sw.grad_reduce_bytes, group, k, nv, ib,
-                                     c.comm_latency_s)
-    gather = hierarchical_allreduce_s(params * BF16_BYTES, group, k, nv, ib, c.comm_latency_s)
+    grads = allreduce_s(c, params * sw.grad_reduce_bytes, group, k, nv, ib)
+    gather = allreduce_s(c, params * BF16_BYTES, group, k, nv, ib)
     reduce = np.where(plans.distributed_optimizer, 0.5 * grads, grads)
     gather = np.where(plans.distributed_optimizer, 0.5 * gather, 0.0)
     bucket = np.maximum(c.grad_bucket_params["min"], c.grad_bucket_params["per_rank"] * group)
@@ -1203,10 +1224,8 @@ def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, st
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
 
     def unit(params):
-        gather = 0.5 * hierarchical_allreduce_s(params * BF16_BYTES, group, k, nv, ib,
-                                                c.comm_latency_s)
-        reduce = 0.5 * hierarchical_allreduce_s(params * sw.grad_reduce_bytes, group, k, nv,
-                                                ib, c.comm_latency_s)
+        gather = 0.5 * allreduce_s(c, params * BF16_BYTES, group, k, nv, ib)
+        reduce = 0.5 * allreduce_s(c, params * sw.grad_reduce_bytes, group, k, nv, ib)
         return gather, sw.param_gathers_per_microbatch * gather + reduce
 
     output = (output_layer_params(model) or embedding_params(model)) / t
