@@ -38,6 +38,19 @@ CASES = {
     "llama3-8b-fp8-cp": ("llama3-8b", "h100-80gb", 2, 128, 8192, "fp8",
                          Plan(tp=2, pp=1, dp=4, cp=2, sp=True, mbs=1,
                               distributed_optimizer=True), "nemo"),
+    # Context parallelism by all-to-all (Ulysses, the heads split over cp) and
+    # hierarchically (all-to-all inside a node, ring across: TP 2 leaves room for
+    # a group of 4 there, so --hierarchical-context-parallel-sizes 4 2).
+    "llama3-8b-128k-cp-a2a": ("llama3-8b", "h100-80gb", 2, 16, 131072, "bf16",
+                              Plan(tp=1, pp=1, dp=2, cp=8, mbs=1, recompute="full",
+                                   recompute_method="uniform", recompute_num_layers=1,
+                                   distributed_optimizer=True),
+                              ("nemo", {"cp_comm_type": "a2a"})),
+    "llama3-8b-128k-cp-a2a-p2p": ("llama3-8b", "h100-80gb", 2, 16, 131072, "bf16",
+                                  Plan(tp=2, pp=1, dp=1, cp=8, sp=True, mbs=1,
+                                       recompute="full", recompute_method="uniform",
+                                       recompute_num_layers=1, distributed_optimizer=True),
+                                  ("megatron-lm", {"cp_comm_type": "a2a+p2p"})),
     "llama3-8b-fp8-blockwise": ("llama3-8b", "h100-80gb", 1, 128, 8192, "fp8",
                                 Plan(tp=2, pp=1, dp=4, sp=True, mbs=1),
                                 ("nemo", {"fp8_recipe": "blockwise"})),

@@ -103,6 +103,12 @@ def test_args_parse_and_match_the_plan(name, data):
         (p.tp, p.pp, p.cp, p.mbs, w.global_batch_size)
     assert ns.num_layers_per_virtual_pipeline_stage is None
     assert ns.sequence_parallel == p.sp
+    comm = spec.software.cp_comm_type if p.cp > 1 else "p2p"
+    assert ns.cp_comm_type == [comm]
+    if comm == "a2a+p2p":   # megatron validate_args: the sizes multiply to cp
+        assert math.prod(ns.hierarchical_context_parallel_sizes) == p.cp
+    else:
+        assert ns.hierarchical_context_parallel_sizes is None
     if ns.pipeline_model_parallel_layout:
         # megatron-core's own layout parser gives the plan's virtual stages and the
         # decoder layers of every pipeline rank, and validates MTP and loss placement.

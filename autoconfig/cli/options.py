@@ -8,6 +8,7 @@ import click
 
 from autoconfig.core.plan import RECOMPUTE_KINDS
 from autoconfig.errors import MAX_COUNT, InputError, shown
+from autoconfig.training.context_parallel import CP_COMM_TYPES
 from autoconfig.training.space import SWITCH_MODES
 from autoconfig.training.stack import (CROSS_ENTROPY_KERNELS, CUDA_GRAPHS, DEFAULT_STACK,
                                        FSDP_SHARDING, GRAD_REDUCE_DTYPES, MOE_DISPATCHERS,
@@ -272,6 +273,13 @@ def stack_options(func):
                           "(megatron-core default), te-scoped (attention, MoE router and "
                           "preprocess) or full-iteration; only full-iteration takes an MoE "
                           "layer's per-expert kernel launches off the GPU's clock."),
+        click.option("--cp-comm-type", type=click.Choice(CP_COMM_TYPES), default=None,
+                     help="Override for --cp > 1: how context-parallel attention exchanges "
+                          "its chunks (Megatron --cp-comm-type): p2p ring attention, K and V "
+                          "sent round the ring behind the attention (megatron-core default); "
+                          "a2a all-to-all of Q, K, V and the output, not overlapped, needs "
+                          "the heads per TP rank divisible by cp; a2a+p2p the all-to-all "
+                          "inside a node and the ring across."),
         click.option("--moe-a2a-overlap/--no-moe-a2a-overlap", default=None,
                      help="Override: MoE dispatch/combine overlapped with another micro-batch's "
                           "compute (--overlap-moe-expert-parallel-comm)."),

@@ -183,6 +183,8 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
     out += _expert_plan(spec)
     out += [
         ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
+        ("model.cp_comm_type", spec.cp_comm[0] if spec.cp_comm else None),
+        ("model.hierarchical_context_parallel_sizes", spec.cp_comm[1] if spec.cp_comm else None),
         ("model.recompute_granularity", None if p.recompute == "none" else p.recompute),
     ]
     if p.recompute == "selective":

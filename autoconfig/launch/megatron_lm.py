@@ -227,6 +227,11 @@ def parallel_args(spec: LaunchSpec) -> list[str]:
             args += ["--decoder-last-pipeline-num-layers", str(plan.last_stage_layers)]
     if plan.cp > 1:
         args += ["--context-parallel-size", str(plan.cp)]
+    if spec.cp_comm is not None:
+        comm, sizes = spec.cp_comm
+        args += ["--cp-comm-type", comm]
+        if sizes:
+            args += ["--hierarchical-context-parallel-sizes", *map(str, sizes)]
     if spec.moe is not None:
         # ETP always: Megatron's default (None) is TP, which the plan may not be.
         args += ["--expert-model-parallel-size", str(plan.ep),

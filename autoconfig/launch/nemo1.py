@@ -81,6 +81,10 @@ def not_written_reason(spec: LaunchSpec) -> str | None:
         return (f"no nemo_overrides.txt: NeMo 1 has no recompute modules (the plan recomputes "
                 f"{p.recompute_modules}; its activations_checkpoint_granularity selective "
                 "recomputes the attention core only)")
+    if spec.cp_comm is not None:
+        return (f"no nemo_overrides.txt: the plan's context parallelism runs "
+                f"{spec.cp_comm[0]}, and NeMo 1's megatron_gpt_config.yaml has no "
+                "cp_comm_type (its ring, p2p, only); use Megatron-LM or Megatron-Bridge")
     if spec.moe is not None and p.etp != p.tp:
         return (f"no nemo_overrides.txt: the plan's expert tensor parallelism ({p.etp}) differs "
                 f"from TP ({p.tp}), and NeMo 1 initialises model parallelism without it "

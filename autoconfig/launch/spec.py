@@ -22,6 +22,7 @@ from autoconfig.heuristics import load_heuristics
 from autoconfig.core.catalog import published_schedule
 from autoconfig.launch.encdec import family_tokenizer
 from autoconfig.launch.moe import MoeLaunch, MoeRouter, moe_launch
+from autoconfig.training.context_parallel import a2a_group_size
 from autoconfig.training.fp8 import workload_recipe
 from autoconfig.training.stack import (DEFAULT_STACK, LAUNCHED_FRAMEWORK, SoftwareFeatures,
                                        grad_reduce_dtype, load_stack)
@@ -132,6 +133,21 @@ class LaunchSpec:
             return "transformer_engine", ["attn"] + (
                 ["moe_router", "moe_preprocess"] if self.moe is not None else [])
         return None
+
+    @property
+    def cp_comm(self) -> tuple[str, list[int] | None] | None:
+        """(``--cp-comm-type``, ``--hierarchical-context-parallel-sizes`` or None)
+        of the stack's context-parallel scheme, None for megatron-core's default
+        p2p or without CP. a2a+p2p names its all-to-all group first, as the
+        prediction sized it (``context_parallel.a2a_group_size``)."""
+        comm, cp = self.software.cp_comm_type, self.plan.cp
+        if cp <= 1 or comm == "p2p":
+            return None
+        if comm != "a2a+p2p":
+            return comm, None
+        a2a = int(a2a_group_size(comm, self.model, self.plan.tp, cp,
+                                 self.cluster.nvlink_domain_gpus))
+        return comm, [a2a, cp // a2a]
 
     @property
     def cuda_graph_off(self) -> str | None:

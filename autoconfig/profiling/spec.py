@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from autoconfig.errors import InputError
 from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Plan, Workload
+from autoconfig.training.context_parallel import CP_COMM_TYPES
 from autoconfig.training.stack import MOE_DISPATCHERS
 
 DEVICES = ("cuda", "cpu")
@@ -38,6 +39,11 @@ class ProfileSpec:
     worker runs it on GPUs and, on CPU, falls back to one that runs there."""
     moe_grouped_gemm: bool = False
     """MoE models: the stack's grouped GEMM (TransformerEngine's, GPUs only)."""
+    cp_comm_type: str = "p2p"
+    """CP > 1: the stack's context-parallel scheme (``context_parallel.CP_COMM_TYPES``),
+    run where Transformer Engine's attention runs (GPUs)."""
+    cp_a2a_size: int = 1
+    """a2a+p2p: ranks of each all-to-all group (``context_parallel.a2a_group_size``)."""
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -46,6 +52,12 @@ class ProfileSpec:
             raise InputError(f"invalid warmup steps {self.warmup_steps}: must be >= 0")
         if self.timed_steps < 1:
             raise InputError(f"invalid timed steps {self.timed_steps}: must be >= 1")
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise InputError(f"invalid cp comm type {self.cp_comm_type!r}: allowed are "
+                             f"{', '.join(CP_COMM_TYPES)}")
+        if self.cp_a2a_size < 1 or self.plan.cp % self.cp_a2a_size:
+            raise InputError(f"invalid cp a2a size {self.cp_a2a_size}: must divide cp "
+                             f"{self.plan.cp}")
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise InputError(f"invalid MoE dispatcher {self.moe_dispatcher!r}: allowed are "
                              f"{', '.join(MOE_DISPATCHERS)}")

@@ -154,7 +154,8 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     selected = select_plans([r.plan for r in ranked], options.top_k)
     lopts = dataclasses.replace(options.launch, gpus_per_node=cluster.gpus_per_node,
                                 nodes=cluster.nodes)
-    specs = [_spec(model, workload, plan, options, software) for plan in selected]
+    specs = [_spec(model, workload, plan, options, software,
+                   cluster.nvlink_domain_gpus) for plan in selected]
     results_dir = Path(options.resume) if options.resume else Path(out_dir) / PROFILE_SUBDIR
     if options.resume and not (results_dir / store.PLANS_FILE).exists():
         raise InputError(f"invalid --resume {options.resume}: no {store.PLANS_FILE} there "
@@ -253,7 +254,8 @@ def _in_rounds(ranked, setting, options: ProfileOptions, lopts, results_dir: Pat
              + (f", best measured {plan_label(best[0])} {best[1]:.4g} s" if best else ""),
              err=True)
         table = _plans_table(ranked, list(dict.fromkeys(profiled)), results_dir)
-        specs = [_spec(model, workload, plan, options, software) for plan in planned]
+        specs = [_spec(model, workload, plan, options, software,
+                       cluster.nvlink_domain_gpus) for plan in planned]
         meta = {**meta, "run_shapes": {**meta.get("run_shapes", {}), **_meta_shapes(specs)}
                 if cpu else {}}
         launch.launch(_job_items(specs), lopts, results_dir,
@@ -319,8 +321,10 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _spec(model, workload, plan: Plan, options: ProfileOptions, software=None):
+def _spec(model, workload, plan: Plan, options: ProfileOptions, software=None,
+          domain_gpus: int = 8):
     from autoconfig.profiling.spec import ProfileSpec
+    from autoconfig.training.context_parallel import a2a_group_size
     from autoconfig.training.stack import SoftwareFeatures
 
     software = software or SoftwareFeatures()
@@ -329,10 +333,13 @@ def _spec(model, workload, plan: Plan, options: ProfileOptions, software=None):
         from autoconfig.profiling.proxy import cpu_proxy
 
         run_model, run_workload = cpu_proxy(model, plan, workload)
+    # The all-to-all group as the prediction sized it (the full model's heads).
+    a2a = int(a2a_group_size(software.cp_comm_type, model, plan.tp, plan.cp, domain_gpus))
     return ProfileSpec(model=run_model, workload=run_workload, plan=plan, device=options.device,
                        warmup_steps=options.warmup_steps, timed_steps=options.max_steps,
                        moe_dispatcher=software.moe_dispatcher,
-                       moe_grouped_gemm=software.moe_grouped_gemm)
+                       moe_grouped_gemm=software.moe_grouped_gemm,
+                       cp_comm_type=software.cp_comm_type, cp_a2a_size=a2a)
 
 
 def _plans_table(ranked: Sequence[RankedPlan], selected: Sequence[Plan], results_dir: Path

@@ -293,7 +293,8 @@ def _train_and_measure(spec: ProfileSpec, world_size: int) -> ProfileResult:
         tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
         virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
         context_parallel_size=plan.cp, expert_model_parallel_size=plan.ep,
-        expert_tensor_parallel_size=plan.etp)
+        expert_tensor_parallel_size=plan.etp,
+        hierarchical_context_parallel_sizes=_hierarchical_cp_sizes(spec))
     torch.manual_seed(spec.seed)
     model_parallel_cuda_manual_seed(spec.seed)
 
@@ -363,6 +364,9 @@ def run_choices(spec: ProfileSpec) -> tuple[str, list[str]]:
         if spec.moe_grouped_gemm and not _grouped_gemm_runs_here(spec):
             notes.append("grouped GEMM needs TransformerEngine on CUDA: ran the experts one "
                          "after another (SequentialMLP)")
+    if spec.plan.cp > 1 and spec.cp_comm_type != "p2p" and _cp_comm_type(spec) is None:
+        notes.append(f"context-parallel {spec.cp_comm_type} needs TransformerEngine attention "
+                     "on CUDA: ran megatron-core's own context parallelism")
     if m.attention_kind == "mla" and not _mla_runs_here(spec):
         notes.append("multi-latent attention needs TransformerEngine on CUDA: ran grouped-query "
                      "attention with the same heads")
@@ -455,6 +459,8 @@ def _transformer_config(spec: ProfileSpec, num_layers: int | None = None):
         tensor_model_parallel_size=plan.tp, pipeline_model_parallel_size=plan.pp,
         virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
         context_parallel_size=plan.cp, sequence_parallel=plan.sp,
+        cp_comm_type=_cp_comm_type(spec),
+        hierarchical_context_parallel_sizes=_hierarchical_cp_sizes(spec),
         hidden_dropout=0.0, attention_dropout=0.0,
         gated_linear_unit=gated, activation_func=getattr(F, activation),
         normalization="RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm",
@@ -547,6 +553,21 @@ def _t5_block_specs(spec: ProfileSpec) -> tuple:
               TransformerBlockSubmodules([t5_spec.decoder_model_with_local_spec()]
                                          * m.decoder_layers, layer_norm=norm))
     return tuple(_with_norm(block, _local_norm_classes(), norm) for block in blocks)
+
+
+def _cp_comm_type(spec: ProfileSpec) -> str | None:
+    """megatron-core's cp_comm_type for the stack's scheme: only Transformer
+    Engine's attention has the schemes (None: megatron-core's default, the ring)."""
+    if spec.plan.cp <= 1 or not _uses_transformer_engine(spec):
+        return None
+    return spec.cp_comm_type
+
+
+def _hierarchical_cp_sizes(spec: ProfileSpec) -> list[int] | None:
+    """[all-to-all group, ring] for a2a+p2p (megatron-core builds both groups)."""
+    if _cp_comm_type(spec) != "a2a+p2p":
+        return None
+    return [spec.cp_a2a_size, spec.plan.cp // spec.cp_a2a_size]
 
 
 def _uses_transformer_engine(spec: ProfileSpec) -> bool:

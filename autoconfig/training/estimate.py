@@ -18,7 +18,7 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
     memory of the most loaded stage and of each of the first, middle and last
     (tensors alone as torch's max_memory_allocated counts them, and on the
     device with allocator and context overhead, as nvidia-smi shows)."""
-    check_plan(model, workload, cluster, plan)
+    check_plan(model, workload, cluster, plan, software.cp_comm_type)
     check_runnable(plan, software, stack or "given")
     table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]), software,
                           recipe, constants)

@@ -97,7 +97,8 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
     check_precision(cluster.gpu, workload.precision)
-    space = runnable_recompute(enumerate_plans(model, workload, cluster, choices), software)
+    space = runnable_recompute(enumerate_plans(model, workload, cluster, choices,
+                                               software.cp_comm_type), software)
     if len(space.plans) == 0:
         raise InfeasibleError(_no_valid_plan_message(model, workload, cluster, space))
     # Model states alone already overflow most large-model plans: drop those
@@ -317,7 +318,7 @@ def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster
 def _leanest(model, workload, cluster, choices, software) -> Plan | None:
     """The plan with the least memory that fits, or None."""
     try:
-        space = enumerate_plans(model, workload, cluster, choices)
+        space = enumerate_plans(model, workload, cluster, choices, software.cp_comm_type)
     except InputError:
         return None
     if len(space.plans) == 0:

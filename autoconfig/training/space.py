@@ -51,6 +51,7 @@ import numpy as np
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
+from autoconfig.training.context_parallel import a2a_group_size, heads_divide
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable,
                                   module_mask,
                                   Workload, counts_embedding_and_loss, is_short_last_layout,
@@ -78,10 +79,11 @@ R_ETP_FFN = "etp does not divide the expert ffn"
 R_EP_FOLD = "ep*etp does not divide tp*cp*dp (expert folding)"
 R_MOE_SP = "MoE with tp > 1 needs sp"
 R_ENC_DEC = "T5 has no pp or cp in megatron-core (pretrain_t5.py)"
+R_CP_HEADS = "cp a2a group does not divide the heads per tp rank"
 R_STACK = "recompute method the stack does not have"
 R_MEMORY = "exceeds memory"
 REASONS = (R_DP, R_VP_PP, R_VP_LAYERS, R_SP_TP, R_SP_SEQ, R_GBS, R_VP_MB, R_EP_DENSE,
-           R_EP_EXPERTS, R_ETP_FFN, R_EP_FOLD, R_MOE_SP, R_ENC_DEC, R_STACK, R_MEMORY)
+           R_EP_EXPERTS, R_ETP_FFN, R_EP_FOLD, R_MOE_SP, R_ENC_DEC, R_CP_HEADS, R_STACK, R_MEMORY)
 
 
 @dataclass(frozen=True)
@@ -329,10 +331,14 @@ def _grid(*axes: np.ndarray) -> list[np.ndarray]:
 
 
 def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
-                     cols: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+                     cols: dict[str, np.ndarray], cp_comm_type: str = "p2p",
+                     domain_gpus: int = 8) -> list[tuple[str, np.ndarray]]:
     """The cross-axis rules, in order, as (reason, broken) boolean arrays.
 
-    ``cols`` holds tp, pp, vp, cp, mbs, sp (bool) columns of equal length.
+    ``cols`` holds tp, pp, vp, cp, mbs, sp (bool) columns of equal length;
+    ``cp_comm_type`` is the stack's context-parallel scheme, whose all-to-all
+    group (``context_parallel.a2a_group_size`` in an NVLink domain of
+    ``domain_gpus``) must divide the heads a TP rank holds.
     """
     tp, pp, vp, cp, mbs, sp = (cols[k] for k in ("tp", "pp", "vp", "cp", "mbs", "sp"))
     stages = stage_layer_columns(model.num_layers, pp, cols.get("first_stage_layers", 0),
@@ -369,6 +375,8 @@ def structural_masks(model: ModelSpec, workload: Workload, num_gpus: int,
         # T5" and the pipeline schedules refuse encoder_and_decoder models; no
         # T5 path splits the sequence over context-parallel ranks.
         (R_ENC_DEC, model.is_encoder_decoder & ((pp > 1) | (cp > 1))),
+        (R_CP_HEADS, (cp > 1) & ~heads_divide(
+            model, tp, a2a_group_size(cp_comm_type, model, tp, cp, domain_gpus))),
     ]
 
 
@@ -417,7 +425,8 @@ def recompute_variants(chunk_layers: int, kinds: tuple[str, ...],
 
 
 def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
-                    choices: AxisChoices = AxisChoices()) -> PlanSpace:
+                    choices: AxisChoices = AxisChoices(),
+                    cp_comm_type: str = "p2p") -> PlanSpace:
     """Every valid plan, plus the count of candidates rejected per reason.
 
     The product of tp x (pp, vp) x cp x mbs x sp x distributed optimizer is
@@ -461,7 +470,8 @@ def enumerate_plans(model: ModelSpec, workload: Workload, cluster: Cluster,
 
     rejected: dict[str, int] = {}
     alive = np.ones(len(weight), dtype=bool)
-    for reason, broken in structural_masks(model, workload, num_gpus, cols):
+    for reason, broken in structural_masks(model, workload, num_gpus, cols, cp_comm_type,
+                                           cluster.nvlink_domain_gpus):
         hit = alive & broken
         if hit.any():
             rejected[reason] = int(weight[hit].sum())
@@ -527,7 +537,8 @@ def _chunk_layers(model: ModelSpec, cols: dict) -> tuple[np.ndarray, np.ndarray]
     return np.where(whole, np.round(chunk), 0).astype(np.int64), whole
 
 
-def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Plan) -> None:
+def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Plan,
+               cp_comm_type: str = "p2p") -> None:
     """Raise InputError naming the first rule a user's single plan breaks."""
     choices = AxisChoices(tp=(plan.tp,), pp=(plan.pp,), cp=(plan.cp,), max_tp=plan.tp,
                           ep=(plan.ep,), etp=(plan.etp,))
@@ -540,10 +551,11 @@ def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Pla
     cols = {k: np.array([getattr(plan, k)]) for k in ("tp", "pp", "vp", "cp", "mbs", "sp",
                                                        "first_stage_layers", "last_stage_layers",
                                                        "ep", "etp")}
-    for reason, broken in structural_masks(model, workload, cluster.num_gpus, cols):
+    for reason, broken in structural_masks(model, workload, cluster.num_gpus, cols,
+                                           cp_comm_type, cluster.nvlink_domain_gpus):
         if broken[0]:
             raise InputError(f"invalid plan: {reason} ({_describe(plan, workload)})"
-                             f"{_moe_allowed(reason, model, plan)}")
+                             f"{_allowed_instead(reason, model, plan)}")
     if plan.recompute == "full":
         chunk = max(stage_layers(model.num_layers, plan)) // plan.vp
         if model.is_encoder_decoder:
@@ -553,8 +565,8 @@ def check_plan(model: ModelSpec, workload: Workload, cluster: Cluster, plan: Pla
                              f"chunk has {chunk} layers (layers/(pp*vp))")
 
 
-def _moe_allowed(reason: str, model: ModelSpec, plan: Plan) -> str:
-    """What a user's plan may give instead, for the expert-parallel rules."""
+def _allowed_instead(reason: str, model: ModelSpec, plan: Plan) -> str:
+    """What a user's plan may give instead, for the rules that have a fix to name."""
     allowed = {
         R_EP_DENSE: f": {model.name} has no experts, give --ep 1 --etp 1",
         R_EP_EXPERTS: f": ep must divide the {model.num_experts} experts",
@@ -563,6 +575,8 @@ def _moe_allowed(reason: str, model: ModelSpec, plan: Plan) -> str:
                    f"{plan.tp * plan.cp * plan.dp}",
         R_MOE_SP: ": add --sp",
         R_ENC_DEC: ": give --pp 1 --cp 1",
+        R_CP_HEADS: f": {model.num_heads} query and {model.num_kv_heads} key-value heads over "
+                    f"tp {plan.tp} must divide by cp, or give --cp-comm-type p2p",
     }
     return allowed.get(reason, "")
 

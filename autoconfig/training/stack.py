@@ -19,6 +19,7 @@ import numpy as np
 from autoconfig.core.plan import RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable
 from autoconfig.errors import CatalogError, InputError
 from autoconfig.paths import heuristics_dir
+from autoconfig.training.context_parallel import CP_COMM_TYPES
 from autoconfig.training.fp8 import recipe_name
 from autoconfig.yamlio import load_yaml, sourced_field
 
@@ -187,6 +188,11 @@ class SoftwareFeatures:
     ``comm_overlap.overlap_moe_expert_parallel_comm``): the dispatch and combine
     of one micro-batch run while another micro-batch computes (1F1B A2A overlap),
     so only what exceeds a layer's compute is exposed; off: all of it."""
+    cp_comm_type: str = "p2p"
+    """How context-parallel attention exchanges its chunks (Megatron
+    --cp-comm-type, ``context_parallel.CP_COMM_TYPES``): p2p ring attention
+    (megatron-core's default), a2a all-to-all, or a2a+p2p (all-to-all inside a
+    node, ring across)."""
     cuda_graph: str = "none"
     """Which part of a step replays as CUDA graphs (``CUDA_GRAPHS``). Only a
     whole-iteration graph takes the launches of an MoE layer's expert kernels
@@ -300,6 +306,9 @@ def _check(features: SoftwareFeatures, where: str) -> None:
                            f"allowed are {', '.join(MOE_DISPATCHERS)}")
     if features.fp8_recipe:
         recipe_name(features.fp8_recipe, f"{where}: fp8_recipe")
+    if features.cp_comm_type not in CP_COMM_TYPES:
+        raise CatalogError(f"{where}: unknown cp_comm_type {features.cp_comm_type!r}: "
+                           f"allowed are {', '.join(CP_COMM_TYPES)}")
     if features.cuda_graph not in CUDA_GRAPHS:
         raise CatalogError(f"{where}: unknown cuda_graph {features.cuda_graph!r}: "
                            f"allowed are {', '.join(CUDA_GRAPHS)}")
@@ -387,7 +396,7 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
              "moe_imbalance", "moe_capacity_factor", "fp8_recipe", "cross_entropy",
-             "cuda_graph")
+             "cuda_graph", "cp_comm_type")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -417,7 +426,8 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
         changes["fp8_recipe"] = recipe_name(overrides["fp8_recipe"])
     for name, allowed in (("cross_entropy", CROSS_ENTROPY_KERNELS),
                           ("moe_dispatcher", MOE_DISPATCHERS),
-                          ("cuda_graph", CUDA_GRAPHS)):
+                          ("cuda_graph", CUDA_GRAPHS),
+                          ("cp_comm_type", CP_COMM_TYPES)):
         if overrides.get(name) is not None:
             changes[name] = _allowed(name, overrides[name], allowed)
     if grad_reduce_dtype is not None:
@@ -455,6 +465,8 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
         flags += ["--cross-entropy", features.cross_entropy]
     if features.cuda_graph != stack.cuda_graph:
         flags += ["--cuda-graph", features.cuda_graph]
+    if features.cp_comm_type != stack.cp_comm_type:
+        flags += ["--cp-comm-type", features.cp_comm_type]
     if features.fp8_recipe != stack.fp8_recipe:
         flags += ["--fp8-recipe", features.fp8_recipe]
     for name in ("moe_imbalance", "moe_capacity_factor"):

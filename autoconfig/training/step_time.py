@@ -53,6 +53,7 @@ from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable,
                                   stage_kind_columns, stage_layer_columns)
 from autoconfig.training.fp8 import (expert_quantisation_kernels, gemm_time_vs_per_tensor,
                                      quantised_cast_bytes, quantised_gemm, workload_recipe)
+from autoconfig.training.context_parallel import a2a_group_size
 from autoconfig.training.moe_overlap import a2a_overlap_allowed
 from autoconfig.training.stack import SoftwareFeatures, grad_accum_bytes_per_param
 from autoconfig.yamlio import load_yaml, sourced_number
@@ -530,8 +531,8 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
                                                       rc_layers)
     if sw.tp_comm_overlap:
         tp = np.maximum(0.0, tp - (3.0 * layers + rc_layers) * times["weight_gemm"])
-    cp_comm = (_cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn + attn_bwd)
-               + layers * times["cp_correction"])
+    cp_comm = _cp_comm_per_microbatch(model, cluster, c, sw, t, cp, tokens, layers, rc_layers,
+                                      attn + attn_bwd, times["cp_correction"])
     fixed = layers * c.layer_overhead_s.get(sw.framework, 0.0)
     backward = layers * (2.0 * (layer_fwd - attn) + attn_bwd)
     ep = 0.0
@@ -1103,23 +1104,51 @@ def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
     return np.where(t > 1, (1.0 - c.tp_comm_overlap) * exposed, 0.0)
 
 
-def _cp_comm_per_microbatch(model, cluster, c, t, cp, tokens, layers, attn_fwd_bwd_s):
-    """Exposed context-parallel communication of one micro-batch on one stage.
+def _cp_comm_per_microbatch(model, cluster, c, sw, t, cp, tokens, layers, rc_layers,
+                            attn_fwd_bwd_s, ring_correction_s):
+    """Exposed context-parallel communication of one micro-batch on one stage,
+    by the stack's scheme (``cp_comm_type``, ``context_parallel``): a ring over
+    cp / a groups after an all-to-all inside groups of ``a`` ranks (p2p: a = 1;
+    a2a: a = cp).
 
-    Ring attention (Liu et al. 2023; Megatron-core context parallel) passes
-    each rank's K and V chunk (2 * tokens * kv_h / t bf16) around the cp ring,
-    (cp-1) sends forward and twice that backward (K,V and their grads), and
-    overlaps each send with the attention block it feeds: only what exceeds
-    the attention compute (forward + backward, ``attn_fwd_bwd_s``) is exposed.
+    Ring attention (Liu et al. 2023; Transformer Engine ``AttnFuncWithCPAndKVP2P``)
+    passes each rank's K and V chunk (2 * tokens * kv_h / t bf16; after an
+    all-to-all a rank holds a times the tokens of 1/a of the heads, the same
+    bytes) around the ring, (ring - 1) sends forward and twice that backward (K,
+    V and their grads), and overlaps each send with the attention block it
+    feeds: only what exceeds the attention compute (forward + backward,
+    ``attn_fwd_bwd_s``) is exposed. Each ring step past the first also merges
+    its partial output (``ring_correction_s``, given for cp - 1 steps).
+
+    The all-to-all (``AttnFuncWithCPAndQKVOA2A``, and the first stage of
+    a2a+p2p) turns sequence-split Q, K and V into head-split ones before the
+    attention and the output back after it, the backward their gradients: per
+    layer and direction each rank sends (a - 1)/a of its tokens' Q (heads x
+    d_qk), K and V (kv heads x (d_qk + d_v)) and output (heads x d_v) values
+    over t, in bf16, over NVLink to the group's ranks in its domain and over
+    the network to the others, each exchange waited for before the attention
+    that reads it, so none of it hides; a recomputed layer exchanges its
+    forward again. Nothing here is fitted.
     """
     gpu = cluster.gpu
+    a = a2a_group_size(sw.cp_comm_type, model, t, cp, cluster.nvlink_domain_gpus).astype(float)
+    ring = cp / a
     kv_bytes = 2.0 * tokens * model.kv_hidden_size / t * BF16_BYTES
-    in_domain = t * cp <= cluster.nvlink_domain_gpus
-    bw = np.where(in_domain, gpu.nvlink_bandwidth_gb_per_s,
-                  gpu.internode_bandwidth_gb_per_s) * 1e9 * c.comm_bandwidth_efficiency
-    comm = 3.0 * (cp - 1.0) * p2p_s(kv_bytes, bw, c.comm_latency_s)
-    exposed = np.maximum(0.0, comm - attn_fwd_bwd_s)
-    return np.where(cp > 1, layers * exposed, 0.0)
+    nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    ring_bw = np.where(t * cp <= cluster.nvlink_domain_gpus, nv, ib)
+    sends = 3.0 * (ring - 1.0) * p2p_s(kv_bytes, ring_bw, c.comm_latency_s)
+    ring_s = np.where(ring > 1, layers * np.maximum(0.0, sends - attn_fwd_bwd_s), 0.0)
+    ring_s = ring_s + layers * ring_correction_s * (ring - 1.0) / np.maximum(cp - 1.0, 1.0)
+    per_token = (model.q_width + model.num_kv_heads * (model.head_dim + model.value_head_dim)
+                 + model.num_heads * model.value_head_dim) / t * BF16_BYTES
+    sent = tokens * per_token * (a - 1.0) / a
+    in_domain = np.minimum(a, np.maximum(cluster.nvlink_domain_gpus // t, 1))
+    one_way = np.maximum(sent * (in_domain - 1.0) / np.maximum(a - 1.0, 1.0) / nv,
+                         sent * (a - in_domain) / np.maximum(a - 1.0, 1.0) / ib)
+    exchange = one_way + 2.0 * c.comm_latency_s       # Q, K, V then the output
+    a2a_s = np.where(a > 1, (2.0 * layers + rc_layers) * exchange, 0.0)
+    return np.where(cp > 1, ring_s + a2a_s, 0.0)
 
 
 def _output_params_per_gpu(model: ModelSpec, t):
