@@ -48,6 +48,8 @@ def autoconfig_config():
     cfg.model.num_layers_in_last_pipeline_stage = None
     cfg.model.context_parallel_size = 1
     cfg.model.sequence_parallel = False
+    cfg.model.cp_comm_type = None
+    cfg.model.hierarchical_context_parallel_sizes = None
     cfg.model.recompute_granularity = None
     cfg.model.recompute_method = None
     cfg.model.recompute_num_layers = None
