@@ -1066,8 +1066,9 @@ def allreduce_s(c: PerfConstants, nbytes, n, members_per_domain, nvlink_bytes_pe
     and only its own kernel's time is on the GPU's clock. Until 2026-11-29
     every ring step cost ``comm_latency_s``, the 10 us a step of a
     torch.distributed call timed from the host: a TP 8 all-reduce's 14 steps
-    then cost 140 us against NCCL's 56 (S01 3.4% -> 2.8%, S15 held out 19.4% ->
-    18.3%, S20 held out 8.4% -> 7.3%, S04 2.7% -> 3.0%; overall unchanged)."""
+    then cost 140 us against NCCL's 56 (refitted: S01 3.4% -> 2.8%, S15 held out
+    19.4% -> 18.4%, S20 held out 8.4% -> 7.4%, S04 2.7% -> 3.0%; overall held out
+    5.8% -> 5.7%)."""
     return hierarchical_allreduce_s(nbytes, n, members_per_domain, nvlink_bytes_per_s,
                                     ib_bytes_per_s, c.comm_latency_s, c.nvlink_step_latency_s,
                                     c.collective_base_latency_s)
@@ -1143,7 +1144,7 @@ def _cp_comm_per_microbatch(model, cluster, c, sw, t, cp, tokens, layers, rc_lay
     per_token = (model.q_width + model.num_kv_heads * (model.head_dim + model.value_head_dim)
                  + model.num_heads * model.value_head_dim) / t * BF16_BYTES
     sent = tokens * per_token * (a - 1.0) / a
-    in_domain = np.minimum(a, np.maximum(cluster.nvlink_domain_gpus // t, 1))
+    in_domain = members_in_domain(a, t, cluster.nvlink_domain_gpus)
     one_way = np.maximum(sent * (in_domain - 1.0) / np.maximum(a - 1.0, 1.0) / nv,
                          sent * (a - in_domain) / np.maximum(a - 1.0, 1.0) / ib)
     exchange = one_way + 2.0 * c.comm_latency_s       # Q, K, V then the output
