@@ -1,7 +1,9 @@
 """PNG plots for the reports (search, capacity, sweep, profiling).
 
-matplotlib is imported only inside these functions, with the ``Agg`` backend,
-so commands run with ``--no-plots`` (and every other command) never load it.
+matplotlib is imported only inside these functions, and only its ``Figure``
+with an Agg canvas, never ``pyplot`` (whose backend machinery costs half a
+second a command and keeps every figure in a global registry): commands run
+with ``--no-plots`` (and every other command) never load it.
 A plot is a picture of numbers already in the CSV beside it: ``safe_plots``
 turns any failure into a warning, so plotting never blocks the CSV or the
 markdown.
@@ -30,22 +32,20 @@ def safe_plots(fn, *args, **kwargs) -> list[Path]:
         return []
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def subplots(*args, **kwargs):
+    """``(figure, axes)`` as ``pyplot.subplots`` gives them, drawn by Agg."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=kwargs.pop("figsize", None))
+    return fig, fig.subplots(*args, **kwargs)
 
 
-def _save(fig, path: Path) -> Path:
-    """Save atomically (temporary name, then rename) and close the figure."""
+def save(fig, path: Path, dpi: int = 100, tight: bool = True) -> Path:
+    """Save atomically (temporary name, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    fig.savefig(tmp, dpi=dpi, bbox_inches="tight" if tight else None)
     tmp.replace(path)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
     return path
 
 
@@ -53,9 +53,8 @@ def search_plots(table, out_dir: Path, title: str = "", top: int = 10) -> list[P
     """Throughput vs memory of every plan that fits (winner and top ``top``
     marked), and the winner's step-time and memory breakdowns as stacked bars.
     ``table`` is ``SearchResult.table`` (best first)."""
-    plt = _pyplot()
     out_dir = Path(out_dir)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     ax.scatter(table["memory_gib"], table["tokens_per_s_per_gpu"], s=6, alpha=0.35,
                color="tab:gray", label=f"all {len(table)} plans that fit")
     head = table.head(top)
@@ -67,13 +66,13 @@ def search_plots(table, out_dir: Path, title: str = "", top: int = 10) -> list[P
     ax.set_ylabel("predicted tokens/s per GPU")
     ax.set_title(title or "plans that fit")
     ax.legend(loc="best", fontsize=8)
-    scatter = _save(fig, out_dir / SEARCH_SCATTER)
+    scatter = save(fig, out_dir / SEARCH_SCATTER)
 
     best = table.iloc[0]
     time_cols = [c for c in ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_bubble_s",
                              "pp_p2p_s", "dp_comm_s", "optimizer_s") if c in table.columns]
     mem_cols = [c for c in table.columns if c.endswith("_gib") and c != "memory_gib"]
-    fig, axes = plt.subplots(1, 2, figsize=(7, 4.5))
+    fig, axes = subplots(1, 2, figsize=(7, 4.5))
     for ax, cols, label, suffix in ((axes[0], time_cols, "step time (s)", "_s"),
                                     (axes[1], mem_cols, "memory per GPU (GiB)", "_gib")):
         bottom = 0.0
@@ -86,16 +85,15 @@ def search_plots(table, out_dir: Path, title: str = "", top: int = 10) -> list[P
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle("winner: predicted breakdown")
     fig.tight_layout()
-    return [scatter, _save(fig, out_dir / SEARCH_BREAKDOWN)]
+    return [scatter, save(fig, out_dir / SEARCH_BREAKDOWN)]
 
 
 def capacity_plots(df, out_dir: Path, title: str = "") -> list[Path]:
     """Tokens/s and days vs node count per GPU type; cost vs days where priced.
     ``df`` is the capacity CSV's table."""
-    plt = _pyplot()
     out_dir = Path(out_dir)
     ok = df[df["status"] == "ok"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    fig, axes = subplots(1, 2, figsize=(9, 4))
     for gpu, group in ok.groupby("gpu", sort=False):
         group = group.sort_values("nodes")
         axes[0].plot(group["nodes"], group["tokens_per_s"], marker="o", label=gpu)
@@ -108,9 +106,9 @@ def capacity_plots(df, out_dir: Path, title: str = "") -> list[Path]:
         ax.legend(fontsize=8)
     fig.suptitle(title or "capacity")
     fig.tight_layout()
-    paths = [_save(fig, out_dir / CAPACITY_SCALING)]
+    paths = [save(fig, out_dir / CAPACITY_SCALING)]
     if "cost_usd" in df.columns and ok["cost_usd"].notna().any():
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = subplots(figsize=(6, 4))
         priced = ok[ok["cost_usd"].notna()]
         for gpu, group in priced.groupby("gpu", sort=False):
             ax.scatter(group["train_days"], group["cost_usd"], label=gpu)
@@ -122,7 +120,7 @@ def capacity_plots(df, out_dir: Path, title: str = "") -> list[Path]:
         ax.set_xscale("log")
         ax.legend(fontsize=8)
         ax.set_title("cost vs days")
-        paths.append(_save(fig, out_dir / CAPACITY_COST))
+        paths.append(save(fig, out_dir / CAPACITY_COST))
     return paths
 
 
@@ -130,13 +128,12 @@ def sweep_plots(df, out_dir: Path) -> list[Path]:
     """Predicted (and measured) tokens/s per GPU vs node count, one panel per
     model, one line per GPU type; below it the days to train the sweep's
     ``tokens`` when the sweep file gives them. ``df`` is the sweep CSV's table."""
-    plt = _pyplot()
     ok = df[df["status"] == "ok"]
     if ok.empty:
         return []
     models = list(dict.fromkeys(ok["model"]))
     days = "train_days" in ok.columns and ok["train_days"].notna().any()
-    fig, axes = plt.subplots(2 if days else 1, len(models),
+    fig, axes = subplots(2 if days else 1, len(models),
                              figsize=(4 * len(models), 7.2 if days else 3.8), squeeze=False)
     for ax, model in zip(axes[0], models):
         for label, group in _per_gpu_by_nodes(ok[ok["model"] == model], "max"):
@@ -154,7 +151,7 @@ def sweep_plots(df, out_dir: Path) -> list[Path]:
                 ax.plot(group["nodes"], group["train_days"], marker="o", label=label)
             _nodes_axis(ax, "days to train the sweep's tokens")
     fig.tight_layout()
-    return [_save(fig, Path(out_dir) / SWEEP_SCALING)]
+    return [save(fig, Path(out_dir) / SWEEP_SCALING)]
 
 
 def _per_gpu_by_nodes(sub, best: str):
@@ -176,11 +173,10 @@ def profile_plots(table, out_dir: Path) -> list[Path]:
     """Predicted vs measured step time per profiled plan (the profiling
     report's table). On CPU runs the two are different machines: the plot
     shows the ranking, not an error."""
-    plt = _pyplot()
     ok = table[(table["status"] == "ok") & table["step_time_s"].notna()]
     if ok.empty:
         return []
-    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(ok) + 2), 4))
+    fig, ax = subplots(figsize=(max(5, 0.6 * len(ok) + 2), 4))
     x = range(len(ok))
     width = 0.4
     ax.bar([i - width / 2 for i in x], ok["predicted_step_time_s"].fillna(0), width,
@@ -191,4 +187,4 @@ def profile_plots(table, out_dir: Path) -> list[Path]:
     ax.set_ylabel("step time (s)")
     ax.legend()
     fig.tight_layout()
-    return [_save(fig, Path(out_dir) / PROFILE_PLOT)]
+    return [save(fig, Path(out_dir) / PROFILE_PLOT)]
