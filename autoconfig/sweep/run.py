@@ -126,10 +126,11 @@ def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=()
 def _search(setting: Setting, calibration=None):
     from autoconfig.training.inputs import inputs_from_options
     from autoconfig.training.search import search_inputs
-    from autoconfig.training.stack import load_stack
+    from autoconfig.training.stack import resolve_software
     shape = dict(setting.model.shape)
+    stack, software = resolve_software(setting.stack, **dict(setting.overrides))
     inputs = inputs_from_options(
-        stack=load_stack(setting.stack), base=None, model=setting.model.model,
+        stack=stack, software=software, base=None, model=setting.model.model,
         size=setting.model.size, layers=shape.get("layers"), hidden=shape.get("hidden"),
         heads=shape.get("heads"), kv_heads=shape.get("kv_heads"), ffn=shape.get("ffn"),
         vocab=shape.get("vocab"), swiglu=bool(shape.get("swiglu")), gpu=setting.gpu,

@@ -11,6 +11,8 @@ matrix:                       # every combination of these lists is one setting
   seq_len: [auto]             # auto = the model's
   precision: [bf16]
   stack: [megatron-lm]
+  overrides: [{}]             # single-feature overrides of the stack, as the CLI's
+                              # options: {fp8_recipe: mxfp8, tp_comm_overlap: false}
   objective: [throughput]
   mode: [predict]             # predict, or profile (short real runs)
 settings: []                  # optional extra settings, each a mapping of the keys above
@@ -36,12 +38,15 @@ from autoconfig.errors import InputError
 
 MODES = ("predict", "profile")
 OBJECTIVES = ("throughput", "memory")
-AXES = ("model", "gpu", "nodes", "gbs", "seq_len", "precision", "stack", "objective", "mode")
+AXES = ("model", "gpu", "nodes", "gbs", "seq_len", "precision", "stack", "overrides",
+        "objective", "mode")
 DEFAULTS = {"gbs": "auto", "seq_len": "auto", "precision": "bf16", "stack": "megatron-lm",
-            "objective": "throughput", "mode": "predict"}
+            "overrides": {}, "objective": "throughput", "mode": "predict"}
 TOP_KEYS = ("name", "description", "matrix", "settings", "gpus_per_node", "profile", "tokens")
 INLINE_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "swiglu",
                "seq_len")
+NUMBER_OVERRIDES = ("moe_imbalance", "moe_capacity_factor")
+"""The stack overrides that take a number; the switches take a bool, the rest a name."""
 PROFILE_KEYS = {"device": str, "executor": str, "top_k": int, "max_steps": int,
                 "warmup_steps": int, "max_minutes": int, "max_parallel": int,
                 "partition": str, "account": str, "qos": str, "time_limit": int,
@@ -82,14 +87,20 @@ class Setting:
     objective: str = "throughput"
     mode: str = "predict"
     gpus_per_node: int | None = None
+    overrides: tuple[tuple[str, object], ...] = ()
+    """The stack's single-feature overrides (``training.stack.OVERRIDES``) as sorted
+    (name, value) pairs."""
 
     @property
     def key(self) -> str:
-        """The setting's identity across runs (compare matches on it)."""
+        """The setting's identity across runs (compare matches on it); a setting
+        without overrides keeps the key it had before sweeps took them."""
+        stack = self.stack + "".join(f"+{name}={_text(value)}"
+                                     for name, value in self.overrides)
         return (f"{self.model.label}|{self.gpu}|{self.nodes}n"
                 + (f"x{self.gpus_per_node}" if self.gpus_per_node else "")
                 + f"|gbs={self.gbs or 'auto'}|seq={self.seq_len or 'auto'}|{self.precision}"
-                f"|{self.stack}|{self.objective}|{self.mode}")
+                f"|{stack}|{self.objective}|{self.mode}")
 
     @property
     def slug(self) -> str:
@@ -102,7 +113,8 @@ class Setting:
                                                          "shape": dict(self.model.shape)},
                 "gpu": self.gpu, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
                 "gbs": self.gbs, "seq_len": self.seq_len, "precision": self.precision,
-                "stack": self.stack, "objective": self.objective, "mode": self.mode}
+                "stack": self.stack, "overrides": dict(self.overrides),
+                "objective": self.objective, "mode": self.mode}
 
 
 @dataclass(frozen=True)
@@ -195,19 +207,63 @@ def _setting(values: dict, where: str, gpn: int | None) -> Setting:
             raise InputError(f"{where}: invalid {key} {values[key]!r}: allowed are "
                              f"{', '.join(allowed)}")
     stack = str(values["stack"])
-    from autoconfig.training.stack import check_profilable, load_stack, stack_names
+    from autoconfig.training.stack import check_profilable, resolve_software, stack_names
     if stack not in stack_names():
         raise InputError(f"{where}: invalid stack {stack!r}: allowed are "
                          f"{', '.join(stack_names())}")
+    overrides = _overrides(values.get("overrides"), f"{where}: overrides")
+    try:
+        _, features = resolve_software(stack, **dict(overrides))
+    except InputError as exc:
+        raise InputError(f"{where}: overrides: {exc}") from None
     if values["mode"] == "profile":
-        check_profilable(load_stack(stack).features, stack,
-                         "use stack megatron-lm or nemo, or mode predict", f"{where}: ")
+        check_profilable(features, stack, "use stack megatron-lm or nemo, or mode predict",
+                         f"{where}: ")
     gpu = _gpu_name(values["gpu"], where)
     return Setting(model=_model_ref(values["model"], where), gpu=gpu, nodes=nodes,
                    gbs=_auto_int(values["gbs"], f"{where}: gbs"),
                    seq_len=_auto_int(values["seq_len"], f"{where}: seq_len"),
                    precision=values["precision"], stack=stack, objective=values["objective"],
-                   mode=values["mode"], gpus_per_node=gpn)
+                   mode=values["mode"], gpus_per_node=gpn, overrides=overrides)
+
+
+def _overrides(value, where: str) -> tuple[tuple[str, object], ...]:
+    """A mapping of the stack's single-feature overrides, checked for name and
+    type here and for value against the stack by ``resolve_software``."""
+    from autoconfig.training.stack import OVERRIDES, SWITCH_OVERRIDES
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected a mapping of override names to values, "
+                         f"got {value!r}")
+    _unknown(value, OVERRIDES, where, "override")
+    for name, item in value.items():
+        if name in SWITCH_OVERRIDES:
+            ok, kind = isinstance(item, bool), "true or false"
+        elif name in NUMBER_OVERRIDES:
+            ok, kind = isinstance(item, (int, float)) and not isinstance(item, bool), "a number"
+        else:
+            ok, kind = isinstance(item, str), "a name"
+        if not ok:
+            raise InputError(f"{where}: invalid {name} {item!r}: must be {kind}")
+    return tuple(sorted(value.items()))
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def overrides_text(overrides) -> str:
+    """The overrides (a mapping, or None) as the CLI options that set them."""
+    return " ".join(_flag(name, value) for name, value in sorted((overrides or {}).items()))
+
+
+def _flag(name: str, value) -> str:
+    """The CLI option an override stands for (``--no-tp-comm-overlap``)."""
+    option = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{option}" if value else f"--no-{option}"
+    return f"--{option} {value}"
 
 
 def _gpu_name(value, where: str) -> str:

@@ -13,13 +13,14 @@ from tabulate import tabulate
 from autoconfig.atomic import write_atomic
 from autoconfig.base.budget import SECONDS_PER_DAY
 from autoconfig.sweep.run import MANIFEST, SETTINGS_DIR
+from autoconfig.sweep.spec import overrides_text
 
 CSV_NAME = "sweep.csv"
 MARKDOWN_NAME = "sweep.md"
 JSON_NAME = "sweep.json"
 
 COLUMNS = ("key", "model", "gpu", "nodes", "gpus", "global_batch_size", "seq_len", "precision",
-           "stack", "objective", "mode", "status", "best_plan", "tp", "pp", "vp", "cp", "dp",
+           "stack", "overrides", "objective", "mode", "status", "best_plan", "tp", "pp", "vp", "cp", "dp",
            "sp", "mbs", "recompute", "distributed_optimizer",
            "predicted_tokens_per_s_per_gpu", "predicted_step_time_s", "predicted_mfu",
            "predicted_memory_gib", "measured_plan", "measured_tokens_per_s_per_gpu",
@@ -33,7 +34,8 @@ def record_row(record: dict, tokens: float | None = None) -> dict:
     s = record.get("setting", {})
     row = dict.fromkeys(COLUMNS)
     row.update(key=record["key"], model=s.get("model"), gpu=s.get("gpu"), nodes=s.get("nodes"),
-               precision=s.get("precision"), stack=s.get("stack"), objective=s.get("objective"),
+               precision=s.get("precision"), stack=s.get("stack"),
+               overrides=overrides_text(s.get("overrides")), objective=s.get("objective"),
                mode=s.get("mode"), status=record.get("status"),
                reason=_one_line(record.get("reason", "")), elapsed_s=record.get("elapsed_s"),
                gpus=record.get("gpus"), global_batch_size=record.get("global_batch_size"),
@@ -77,16 +79,22 @@ def render_markdown(df: pd.DataFrame, name: str, manifest: dict, plots=()) -> st
              f"on {manifest.get('host')}",
              "- predictions from the analytical model; measured figures only where a setting "
              "was profiled (CPU proxy figures are not GPU figures)", ""]
+    # The stack column only where settings differ in it: most sweeps use one.
+    stacks = df["stack"].fillna("") + df["overrides"].fillna("").map(
+        lambda flags: f" {flags}" if flags else "")
+    varied = stacks.nunique() > 1
     rows = []
-    for r in df.itertuples(index=False):
-        rows.append([r.model, r.gpu, r.nodes, r.precision, r.mode, r.status, _s(r.best_plan),
+    for r, stack in zip(df.itertuples(index=False), stacks):
+        rows.append([r.model, r.gpu, r.nodes, r.precision, *([stack] if varied else []),
+                     r.mode, r.status, _s(r.best_plan),
                      _fmt(r.predicted_tokens_per_s_per_gpu, ",.0f"),
                      _fmt(r.measured_tokens_per_s_per_gpu, ",.4g"),
                      _fmt(r.predicted_step_time_s, ".4g"),
                      _fmt(None if r.predicted_mfu is None else 100 * r.predicted_mfu, ".1f"),
                      _fmt(r.predicted_memory_gib, ".1f"), _s(r.runner_up_plan),
                      _s(r.reason)[:80]])
-    lines.append(tabulate(rows, headers=("model", "gpu", "nodes", "prec", "mode", "status",
+    lines.append(tabulate(rows, headers=("model", "gpu", "nodes", "prec",
+                                         *(["stack"] if varied else []), "mode", "status",
                                          "best plan", "pred tok/s/GPU", "meas tok/s/GPU",
                                          "pred step s", "MFU %", "GiB/GPU", "runner-up",
                                          "reason"), tablefmt="github"))
