@@ -20,7 +20,15 @@ Kernels run one after another, each bound by its own compute or memory traffic
   efficiency of a GEMM as tall as the step's tokens, ``1 + f r (1/M + 1/N +
   1/K)`` slower, the same law training is validated with. A 128-token prompt
   pays about 2x, a 2,048-token one about 1.1x: short prompts are not
-  compute-bound at the large-GEMM rate. fp8 weights compute ``fp8_gemm_speedup``
+  compute-bound at the large-GEMM rate. (Tried instead, 2026-11-29: prompt
+  tokens at M = infinity too, so the step is the plain roofline max(compute,
+  weights streamed), which isolated GEMMs follow: CUDA-graph replays on an H100,
+  benchmarks/gpu/graph_gemm.csv, matrices >= 4096 x 4096, measured/roofline
+  0.89-1.10 at every M from 1 to 16K, against 0.49 at M = 256 and 0.66 at
+  1,024 with the penalty. LMDeploy 0.1's TTFT improved 23.3% -> 20.7%, but
+  SGLang's went 29.9% -> 37.7% (TPOT 34.9% -> 39.5%), TensorRT-LLM's latency
+  23.3% -> 26.9% and vLLM's TTFT 20.2% -> 24.5%: the penalty stands in for
+  costs of mixed and prefill steps the step model lacks, not taken.) fp8 weights compute ``fp8_gemm_speedup``
   faster and read half the input bytes, as in training (``gemm_time_s``; tried
   instead: the forward-only FP8 GEMM speed measured on an H100, 1.84x,
   benchmarks/gpu/gemm_fp8.csv; TensorRT-LLM's H200
