@@ -307,7 +307,7 @@ def plot_front(result: InferenceSearchResult, path: Path) -> Path:
 
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    from autoconfig.reports.plots import save, subplots
+    from autoconfig.figures import save, subplots
 
     table = result.table
     front = table[table["pareto"]].sort_values("latency_ms")

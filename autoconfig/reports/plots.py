@@ -1,9 +1,7 @@
 """PNG plots for the reports (search, capacity, sweep, profiling).
 
-matplotlib is imported only inside these functions, and only its ``Figure``
-with an Agg canvas, never ``pyplot`` (whose backend machinery costs half a
-second a command and keeps every figure in a global registry): commands run
-with ``--no-plots`` (and every other command) never load it.
+matplotlib is imported only when a figure is drawn (``autoconfig.figures``),
+so commands run with ``--no-plots`` (and every other command) never load it.
 A plot is a picture of numbers already in the CSV beside it: ``safe_plots``
 turns any failure into a warning, so plotting never blocks the CSV or the
 markdown.
@@ -13,6 +11,7 @@ import sys
 from pathlib import Path
 
 from autoconfig.errors import shortened
+from autoconfig.figures import save, subplots
 
 SEARCH_SCATTER = "plans_throughput_vs_memory.png"
 SEARCH_BREAKDOWN = "best_breakdown.png"
@@ -30,23 +29,6 @@ def safe_plots(fn, *args, **kwargs) -> list[Path]:
         print(shortened(f"warning: plots not written ({type(exc).__name__}: {exc})"),
               file=sys.stderr)
         return []
-
-
-def subplots(*args, **kwargs):
-    """``(figure, axes)`` as ``pyplot.subplots`` gives them, drawn by Agg."""
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=kwargs.pop("figsize", None))
-    return fig, fig.subplots(*args, **kwargs)
-
-
-def save(fig, path: Path, dpi: int = 100, tight: bool = True) -> Path:
-    """Save atomically (temporary name, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=dpi, bbox_inches="tight" if tight else None)
-    tmp.replace(path)
-    return path
 
 
 def search_plots(table, out_dir: Path, title: str = "", top: int = 10) -> list[Path]:
