@@ -149,6 +149,11 @@ MOE_CASES = {
     "qwen3-30b-a3b-ep8": (QWEN3_30B_A3B, "h100-80gb", 2, 512, 4096, "bf16",
                           Plan(tp=1, pp=2, dp=8, mbs=1, ep=8, distributed_optimizer=True),
                           "megatron-lm"),
+    # GPT-OSS: 128-token banded attention every other layer, learned attention sinks
+    # (Megatron-Bridge's own GPT-OSS recipe builds it; Megatron-LM from the arguments).
+    "gpt-oss-120b-ep8": ("gpt-oss-120b", "b200", 8, 512, 4096, "bf16",
+                         Plan(tp=1, pp=1, dp=64, mbs=1, ep=8, distributed_optimizer=True),
+                         ("nemo", {"moe_dispatcher": "alltoall"})),
     "mixtral-8x7b-etp2": (MIXTRAL_8X7B, "h100-80gb", 8, 512, 4096, "bf16",
                           Plan(tp=4, pp=4, dp=4, sp=True, mbs=1, ep=8, etp=2,
                                recompute="full", recompute_method="uniform",

@@ -245,6 +245,11 @@ def transformer_config(ns: argparse.Namespace):
         if isinstance(value, list) and len(value) == 1:
             setattr(ns, name, value[0])
     ns.moe_layer_freq = moe_freq_type(str(ns.moe_layer_freq))
+    # the parser's types (arguments.py tuple_type, moe_freq_type), recorded as str
+    if ns.window_size is not None:
+        ns.window_size = tuple(int(i) for i in str(ns.window_size).strip("()").split(","))
+    if ns.window_attn_skip_freq is not None:
+        ns.window_attn_skip_freq = moe_freq_type(str(ns.window_attn_skip_freq))
     config_class = MLATransformerConfig if ns.multi_latent_attention else TransformerConfig
     kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(config_class)
           if hasattr(ns, f.name)}
@@ -370,9 +375,17 @@ def test_moe_args_carry_the_model_and_plan(name):
     else:
         assert ns.kv_channels == (m.kv_channels or None)
         assert ns.num_query_groups == m.num_kv_heads
+    # banded layers see themselves and sliding_window - 1 tokens before, every other layer
+    window = (m.sliding_window - 1, 0) if m.sliding_window else None
+    assert ns.window_size == (f"{window[0]},{window[1]}" if window else None)
+    assert ns.window_attn_skip_freq == ("2" if window else None)
+    assert ns.softmax_type == ("learnable" if m.attention_sinks else "vanilla")
 
     pytest.importorskip("megatron.core")
     config = transformer_config(ns)
+    assert config.window_size == window and config.softmax_type == ns.softmax_type
+    if window:   # megatron-core's layer rule: 1 = windowed; layers 1, 3, 5... banded
+        assert config.window_attn_skip_freq == 2
     assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == \
         (m.num_experts, m.moe_topk, m.moe_ffn_hidden_size)
     assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == \

@@ -19,6 +19,7 @@ apply_flex_dispatcher_backend, which silently falls back to alltoall on GPUs
 without DeepEP/HybridEP: Bridge's own validation then fails loudly instead.
 """
 
+from autoconfig.launch.megatron_lm import SKIP_WINDOW_EVERY, window_size
 from autoconfig.launch.spec import LaunchSpec
 
 MIXED_PRECISION = {None: "bf16_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
@@ -38,7 +39,9 @@ def _py(v) -> str:
 ARCHITECTURE = frozenset({"model.normalization", "model.gated_linear_unit",
                           "model.activation_func", "model.add_bias_linear",
                           "model.position_embedding_type",
-                          "model.share_embeddings_and_output_weights", "model.rotary_base"})
+                          "model.share_embeddings_and_output_weights", "model.rotary_base",
+                          "model.window_size", "model.window_attn_skip_freq",
+                          "model.softmax_type"})
 """What a model's own recipe keeps from its Hugging Face config (GPT-OSS's clamped
 quick-GELU and YaRN positions, say, which autoconfig's shape cannot express)."""
 
@@ -81,6 +84,11 @@ def _experts(spec: LaunchSpec) -> list[tuple[str, object]]:
         out.append(("model.kv_channels", m.kv_channels))
     if m.qk_norm or m.attention_kind == "mla":   # MLA's latent norms (see megatron_lm.py)
         out.append(("model.qk_layernorm", True))
+    if m.sliding_window:    # banded every other layer (megatron_lm.window_args)
+        out += [("model.window_size", window_size(m)),
+                ("model.window_attn_skip_freq", SKIP_WINDOW_EVERY)]
+    if m.attention_sinks:
+        out.append(("model.softmax_type", "learnable"))
     if m.attention_kind == "mla":
         out += [("model.multi_latent_attention", True),
                 ("model.q_lora_rank", m.q_lora_rank or None),

@@ -168,6 +168,32 @@ def attention_args(spec: LaunchSpec) -> list[str]:
         # megatron-core builds MLA's norms of the query and KV latents (which the model
         # counts) only with qk_layernorm (gpt_layer_specs.py: *_up_proj with layer norm).
         args.append("--qk-layernorm")
+    return args + window_args(m)
+
+
+SKIP_WINDOW_EVERY = 2
+"""megatron-core's window_attn_skip_freq for a model whose every other layer is banded:
+one full-attention layer after each windowed one (the banded layer first, as GPT-OSS:
+Megatron-Bridge models/gpt_oss/gpt_oss_bridge.py sets window_attn_skip_freq = 2)."""
+
+
+def window_size(m: ModelSpec) -> tuple[int, int] | None:
+    """megatron-core's (left, right) window of a banded layer: a token sees itself and
+    the ``sliding_window - 1`` before it (Megatron-Bridge's GPT-OSS bridge:
+    ``window_size = (config.sliding_window - 1, 0)``); None for full attention."""
+    return (m.sliding_window - 1, 0) if m.sliding_window else None
+
+
+def window_args(m: ModelSpec) -> list[str]:
+    """Banded attention on every other layer and learned attention sinks (GPT-OSS):
+    TransformerConfig window_size / window_attn_skip_freq and softmax_type 'learnable'."""
+    args = []
+    if m.sliding_window:
+        left, right = window_size(m)
+        args += ["--window-size", f"{left},{right}",
+                 "--window-attn-skip-freq", str(SKIP_WINDOW_EVERY)]
+    if m.attention_sinks:
+        args += ["--softmax-type", "learnable"]
     return args
 
 

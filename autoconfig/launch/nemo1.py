@@ -74,6 +74,15 @@ def not_written_reason(spec: LaunchSpec) -> str | None:
         return ("no nemo_overrides.txt: NeMo 1 does not support multi-latent attention "
                 "(no NeMo 1 config or default layer spec builds it); use Megatron-LM or "
                 "Megatron-Bridge")
+    if m.sliding_window or m.attention_sinks:
+        # megatron_gpt_config.yaml has neither window_size nor softmax_type, and NeMo 1's
+        # GPT model builds its TransformerConfig from the yaml's keys only
+        return (f"no nemo_overrides.txt: NeMo 1 cannot build {m.name}'s "
+                + " and ".join(what for what, has in (
+                    (f"{m.sliding_window}-token banded attention", m.sliding_window),
+                    ("learned attention sinks", m.attention_sinks)) if has)
+                + " (megatron_gpt_config.yaml has no window_size or softmax_type); use "
+                "Megatron-LM or Megatron-Bridge")
     if m.mtp_layers:
         return ("no nemo_overrides.txt: NeMo 1 builds no multi-token-prediction block "
                 "(megatron_gpt_model.py model_provider_func passes no mtp_block_spec)")
