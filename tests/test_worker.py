@@ -204,3 +204,26 @@ def test_worker_passes_uneven_stage_splits_that_megatron_core_accepts() -> None:
                           virtual_pipeline_model_parallel_size=plan.vp if plan.vp > 1 else None,
                           **split)
     assert _stage_split(4, cases[0][1]) == {}
+
+
+def test_banded_attention_and_sinks_run_and_change_what_is_computed():
+    """GPT-OSS's features on megatron-core's local attention: a 16-token band every other
+    layer computes the same at TP 1 and 2 and not what full attention does; learned sinks
+    run too and change it again. (Their offsets are initialised per TP rank's slice from
+    the rank's own generator, dot_product_attention.py, so TP 1 and 2 start from other
+    sinks and only the band is compared across TP.)"""
+    tiny = get_model("tiny")
+    banded = dataclasses.replace(tiny, sliding_window=16)
+    full = _run(BASELINE, tiny)
+    results = []
+    for plan in (BASELINE, Plan(tp=2, pp=1, dp=1)):
+        result = _run(plan, banded)
+        _assert_ok(result, plan)
+        results.append(result)
+    _assert_same_losses(results[0], results[1], Plan(tp=2, pp=1, dp=1))
+    # the band changes the losses far beyond the run-to-run agreement (~2e-8)
+    assert results[0].losses[-1] != pytest.approx(full.losses[-1], rel=LOSS_RTOL)
+    plan = Plan(tp=2, pp=1, dp=1)
+    sinks = _run(plan, dataclasses.replace(banded, attention_sinks=True))
+    _assert_ok(sinks, plan)
+    assert sinks.losses[-1] != pytest.approx(results[1].losses[-1], rel=LOSS_RTOL)

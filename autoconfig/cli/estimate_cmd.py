@@ -61,8 +61,8 @@ def render_table(result: dict) -> str:
                  for part, v in result["memory_by_stack_gib"].items()]
     note = ""
     if result.get("not_modelled"):
-        note = (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (predicted as full "
-                "causal attention)")
+        note = (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (priced as a plain "
+                "softmax)")
     if "memory_by_stack_gib" in result:
         head += (f"\nencoder {result['encoder_layers']} layers x {result['seq_len']} tokens, "
                  f"decoder {result['decoder_layers']} layers x {result['decoder_seq_len']} "

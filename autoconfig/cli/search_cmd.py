@@ -38,8 +38,8 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
              tabulate(top_rows(result, top), headers=top_headers(result)), ""]
     lines += rejection_lines(result)
     if result.model.unmodelled:
-        lines += ["", f"not modelled: {', '.join(result.model.unmodelled)} (predicted as full "
-                  "causal attention)"]
+        lines += ["", f"not modelled: {', '.join(result.model.unmodelled)} (priced as a plain "
+                  "softmax)"]
     if spec is not None:
         lines += ["", f"launch files: hyper-parameters from {spec.base_source}"
                   if spec.launchable else spec.not_launchable_reason]

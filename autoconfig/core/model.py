@@ -272,14 +272,23 @@ class ModelSpec:
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
-        """Features of the model the step-time model does not describe: its
-        predictions assume plain causal attention of the full sequence."""
-        out = []
-        if self.attention_sinks:
-            out.append("attention sinks")
-        if self.sliding_window:
-            out.append(f"{self.sliding_window}-token banded attention")
-        return tuple(out)
+        """Features of the model the step-time model does not price (banded
+        attention is priced by its keys: ``banded_layers``,
+        ``banded_keys_per_query``). Attention sinks add one learned logit per head
+        and query row to the softmax, O(s a) FLOPs against the core's O(s^2 a d),
+        but they decide the kernel: Transformer Engine runs a learnable softmax
+        only in cuDNN's fused kernel or unfused (FlashAttention is disabled,
+        attention/dot_product_attention/utils.py get_attention_backend), at a
+        speed not measured here. With sinks taken as free, GPT-OSS's 17 published
+        runs came out 22-124% too fast (2026-11-29), so they stay unpriced."""
+        return ("attention sinks",) if self.attention_sinks else ()
+
+    @property
+    def banded_layers(self) -> int:
+        """Layers whose attention is banded (``sliding_window``): every other one,
+        the first of each pair (megatron-core window_attn_skip_freq 2, layers 1, 3,
+        5... windowed; GPT-OSS's 36 layers: 18); 0 without a window."""
+        return (self.num_layers + 1) // 2 if self.sliding_window else 0
 
     @cached_property
     def layer_pattern(self) -> tuple[str, ...]:
@@ -559,6 +568,14 @@ def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     MFU figures that halve this term read slightly lower.
     """
     return 2.0 * seq_len * m.num_heads * (m.head_dim + m.value_head_dim)
+
+
+def banded_keys_per_query(window: int, seq_len: float) -> float:
+    """Mean keys a query of a causal ``window``-token band sees over a sequence:
+    position i sees min(i + 1, w), so (w (w + 1) / 2 + (s - w) w) / s for s >= w
+    and (s + 1) / 2 (plain causal) for shorter sequences."""
+    w, s = float(window), seq_len
+    return ((w * (w + 1.0) / 2.0 + (s - w) * w) / s) if s >= w else (s + 1.0) / 2.0
 
 
 def logits_flops_per_token(m: ModelSpec) -> float:

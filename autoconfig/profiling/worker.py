@@ -107,6 +107,7 @@ import zlib
 from pathlib import Path
 
 from autoconfig.core.model import model_flops_per_token
+from autoconfig.launch.megatron_lm import SKIP_WINDOW_EVERY, window_size
 from autoconfig.launch.sbatch import ALLOCATOR_ENV
 from autoconfig.profiling.spec import ProfileResult, ProfileSpec
 
@@ -452,6 +453,12 @@ def _transformer_config(spec: ProfileSpec, num_layers: int | None = None):
                      "qk_layernorm": True}
     else:
         attention = {"kv_channels": m.kv_channels or None, "qk_layernorm": m.qk_norm}
+    # Banded layers and sinks as the launch files give them (megatron-core's local
+    # attention runs both on CPU: a window mask, a learnable offset in its softmax).
+    if m.sliding_window:
+        attention.update(window_size=window_size(m), window_attn_skip_freq=SKIP_WINDOW_EVERY)
+    if m.attention_sinks:
+        attention["softmax_type"] = "learnable"
     return config_class(
         **_stage_split(layers, plan), **attention, **_moe_config(spec),
         num_layers=layers, hidden_size=m.hidden_size, num_attention_heads=m.num_heads,

@@ -44,7 +44,8 @@ from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_par
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
 from autoconfig.core.model import (Linear, ModelSpec, attention_core_flops_per_token,
-                                   attention_linears, cross_attention_linears, embedding_params,
+                                   attention_linears, banded_keys_per_query,
+                                   cross_attention_linears, embedding_params,
                                    kind_params, layer_params, mlp_linears, model_flops_per_token,
                                    mtp_kind, output_layer_params)
 from autoconfig.training.activations import cross_attention_bytes
@@ -1048,10 +1049,20 @@ def _flash_attention_times(model: ModelSpec, s: float, tokens, t, peak_flops: fl
     an H100 (benchmarks/gpu/attention.csv): 0.32 of the peak at 1K causal tokens,
     0.54 at 8K, 0.59 at 16K.
     """
-    keys = 0.5 * s if causal else s
-    shortfall = keys / (keys + cp * tile_keys + (causal_keys if causal else 0.0))
-    forward = (0.5 if causal else 1.0) * attention_core_flops_per_token(model, s) / t * tokens / (
-        peak_flops * efficiency * shortfall)
+    def seconds(keys: float, masked: bool) -> float:
+        shortfall = keys / (keys + cp * tile_keys + (causal_keys if masked else 0.0))
+        return attention_core_flops_per_token(model, keys) / t * tokens / (
+            peak_flops * efficiency * shortfall)
+
+    forward = seconds(0.5 * s if causal else s, causal)
+    if causal and model.sliding_window:
+        # Banded layers: each query sees at most the window's keys (the kernels skip
+        # the blocks outside the band as they skip those above the diagonal), so the
+        # row is short and the per-tile cost weighs: a 128-token band runs at about
+        # a third of the kernel's efficiency. Averaged over the layers by their share.
+        banded = seconds(banded_keys_per_query(model.sliding_window, s), True)
+        share = model.banded_layers / model.num_layers
+        forward = (1.0 - share) * forward + share * banded
     return forward, 2.5 * forward
 
 
