@@ -28,8 +28,8 @@ Kernels run one after another, each bound by its own compute or memory traffic
   1,024 with the penalty. LMDeploy 0.1's TTFT improved 23.3% -> 20.7%, but
   SGLang's went 29.9% -> 37.7% (TPOT 34.9% -> 39.5%), TensorRT-LLM's latency
   23.3% -> 26.9% and vLLM's TTFT 20.2% -> 24.5%: the penalty stands in for
-  costs of mixed and prefill steps the step model lacks, not taken.) fp8 weights compute ``fp8_gemm_speedup``
-  faster and read half the input bytes, as in training (``gemm_time_s``; tried
+  costs of mixed and prefill steps the step model lacks, not taken.) fp8
+  weights compute ``fp8_gemm_speedup`` faster and read half the input bytes, as in training (``gemm_time_s``; tried
   instead: the forward-only FP8 GEMM speed measured on an H100, 1.84x,
   benchmarks/gpu/gemm_fp8.csv; TensorRT-LLM's H200
   offline rows moved from 13-23% low to 2-14% low, but its H100 rows from
