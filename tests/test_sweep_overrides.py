@@ -84,3 +84,12 @@ def test_the_shipped_fp8_recipe_sweep_ranks_recipes_on_each_gpu(tmp_path):
     assert {gpu for gpu, _ in recipes} == {"b200", "h100-80gb"}
     # Current scaling's per-tensor amax passes cost what delayed scaling's history saves.
     assert recipes["h100-80gb", "tensorwise"] < recipes["h100-80gb", "delayed"]
+
+
+def test_one_override_value_has_one_key():
+    keys = [parse_sweep({"settings": [{**LLAMA70, "overrides": overrides}]}).settings[0].key
+            for overrides in ({"fp8_recipe": "current"}, {"fp8_recipe": "tensorwise"})]
+    assert keys[0] == keys[1] and "+fp8_recipe=tensorwise|" in keys[0]
+    keys = [parse_sweep({"settings": [{**LLAMA70, "overrides": {"moe_imbalance": v}}]})
+            .settings[0].key for v in (2, 2.0)]
+    assert keys[0] == keys[1] and "+moe_imbalance=2|" in keys[0]

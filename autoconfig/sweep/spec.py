@@ -246,11 +246,27 @@ def _overrides(value, where: str) -> tuple[tuple[str, object], ...]:
             ok, kind = isinstance(item, str), "a name"
         if not ok:
             raise InputError(f"{where}: invalid {name} {item!r}: must be {kind}")
-    return tuple(sorted(value.items()))
+    try:
+        return tuple(sorted((name, _canonical(name, item)) for name, item in value.items()))
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _canonical(name: str, value):
+    """One spelling per override value, so that a setting has one key: numbers as
+    floats, an FP8 recipe by its canonical name (``current`` is ``tensorwise``)."""
+    if name in NUMBER_OVERRIDES:
+        return float(value)
+    if name == "fp8_recipe":
+        from autoconfig.training.fp8 import recipe_name
+        return recipe_name(value)
+    return value
 
 
 def _text(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def overrides_text(overrides) -> str:
@@ -263,7 +279,7 @@ def _flag(name: str, value) -> str:
     option = name.replace("_", "-")
     if isinstance(value, bool):
         return f"--{option}" if value else f"--no-{option}"
-    return f"--{option} {value}"
+    return f"--{option} {_text(value)}"
 
 
 def _gpu_name(value, where: str) -> str:
