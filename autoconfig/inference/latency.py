@@ -134,8 +134,8 @@ import numpy as np
 from autoconfig.core.comm import members_in_domain, p2p_s
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
-                                   attention_weight_params, layer_matmul_flops_per_token,
-                                   logits_flops_per_token)
+                                   attention_weight_params, banded_keys_per_query,
+                                   layer_matmul_flops_per_token, logits_flops_per_token)
 from autoconfig.inference.collectives import (kernel_gpu_floor_s, moe_block_extra_kernels,
                                               tp_allreduce_s)
 from autoconfig.inference.engine import Engine, get_engine
@@ -184,6 +184,27 @@ class StepLoad:
     """Where the load is an average over steps (steady state): the share of them
     that carry prompt tokens, the rest decoding only; None: every step carries
     ``prefill_tokens``. It decides how many launch through the engine's graphs."""
+
+
+def attended_keys(model: ModelSpec, decode_context, prefill_context):
+    """(keys a decoded token, keys a prompt token attends to), as means over the
+    model's layers: ``decode_context`` cached tokens and ``prefill_context`` (half
+    the prompt: causal) in a full-attention layer; in a banded one (every other
+    layer with ``sliding_window``, ``ModelSpec.banded_layers``) at most the
+    window, which the fused kernels read and compute and no more. The KV cache
+    itself is still priced whole (``inference.memory``), as an engine without a
+    sliding-window pool holds it; unfused attention (``attention_score_bytes``)
+    masks the band over the whole score matrix and is priced at the full context."""
+    if not model.sliding_window:
+        return decode_context, prefill_context
+    share = model.banded_layers / model.num_layers
+    window = model.sliding_window
+    decode = (1.0 - share) * np.asarray(decode_context, dtype=float) + share * np.minimum(
+        decode_context, window)
+    prompt = 2.0 * np.asarray(prefill_context, dtype=float)
+    banded = np.where(prompt > 0, np.vectorize(banded_keys_per_query)(
+        window, np.maximum(prompt, 1.0)), 0.0)
+    return decode, (1.0 - share) * np.asarray(prefill_context, dtype=float) + share * banded
 
 
 def decode_attention_flops_per_token(m: ModelSpec, context: float) -> float:
@@ -264,16 +285,15 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
                                                                         plans, tokens)
     logits = timer(logits_flops_per_token(model) / tp * load.logits_rows, np.inf,
                    model.vocab_size / tp, model.hidden_size)
-    decode_attention = layers / tp * decode_attention_flops_per_token(model, load.decode_context) \
-        * n_d
-    prefill_attention = layers / tp * attention_core_flops_per_token(
-        model, load.prefill_context) * n_p
+    decode_keys, prefill_keys = attended_keys(model, load.decode_context, load.prefill_context)
+    decode_attention = layers / tp * decode_attention_flops_per_token(model, decode_keys) * n_d
+    prefill_attention = layers / tp * attention_core_flops_per_token(model, prefill_keys) * n_p
     gemm_compute = layers * layer_gemms + logits
 
     hbm = gpu.hbm_bandwidth_gb_per_s * 1e9
     kv_per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp,
                                               workload.kv_bytes_per_value)[:, None]
-    kv_read = kv_per_token * n_d * load.decode_context
+    kv_read = kv_per_token * n_d * decode_keys
     streamed = (weights + kv_per_token * tokens) / (hbm * c.hbm_efficiency)
     # Kernels run one after another, each bound by its own compute or memory
     # (a roofline per kernel): the step is their sum.
