@@ -22,6 +22,8 @@ Counts are exact: every parameter of the layers as megatron-core builds them.
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, InputError, shown
 
 MLP_KINDS = ("gelu", "swiglu", "geglu", "reglu")
@@ -570,12 +572,15 @@ def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return 2.0 * seq_len * m.num_heads * (m.head_dim + m.value_head_dim)
 
 
-def banded_keys_per_query(window: int, seq_len: float) -> float:
+def banded_keys_per_query(window: int, seq_len):
     """Mean keys a query of a causal ``window``-token band sees over a sequence:
     position i sees min(i + 1, w), so (w (w + 1) / 2 + (s - w) w) / s for s >= w
-    and (s + 1) / 2 (plain causal) for shorter sequences."""
-    w, s = float(window), seq_len
-    return ((w * (w + 1.0) / 2.0 + (s - w) * w) / s) if s >= w else (s + 1.0) / 2.0
+    and (s + 1) / 2 (plain causal) for shorter sequences. Elementwise over an
+    array of lengths (a float for a number)."""
+    w, s = float(window), np.asarray(seq_len, dtype=float)
+    banded = (w * (w + 1.0) / 2.0 + (s - w) * w) / np.maximum(s, w)
+    keys = np.where(s >= w, banded, (s + 1.0) / 2.0)
+    return keys if keys.ndim else float(keys)
 
 
 def logits_flops_per_token(m: ModelSpec) -> float:

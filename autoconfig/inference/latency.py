@@ -202,8 +202,7 @@ def attended_keys(model: ModelSpec, decode_context, prefill_context):
     decode = (1.0 - share) * np.asarray(decode_context, dtype=float) + share * np.minimum(
         decode_context, window)
     prompt = 2.0 * np.asarray(prefill_context, dtype=float)
-    banded = np.where(prompt > 0, np.vectorize(banded_keys_per_query)(
-        window, np.maximum(prompt, 1.0)), 0.0)
+    banded = np.where(prompt > 0, banded_keys_per_query(window, np.maximum(prompt, 1.0)), 0.0)
     return decode, (1.0 - share) * np.asarray(prefill_context, dtype=float) + share * banded
 
 
