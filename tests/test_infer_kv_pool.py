@@ -84,3 +84,16 @@ def test_cli_reports_the_pool_and_refuses_bad_values(capsys, tmp_path) -> None:
         code, _, err = run_cli(BASE + ["--engine", engine, "--kv-cache-tokens", value,
                                        "-o", str(tmp_path / engine)], capsys)
         assert code != 0 and why in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_concurrency_past_the_pool_names_the_pool_not_memory(capsys, tmp_path) -> None:
+    # At steady state a request holds its prompt and half its output on average,
+    # 1,024 + 128 tokens: 20,000 hold 17. Memory has room to spare.
+    code, _, err = run_cli(BASE + ["--engine", "vllm", "--kv-cache-tokens", "20000",
+                                   "--concurrency", "40", "-o", str(tmp_path)], capsys)
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "holds 40 requests per replica in its KV pool" in err
+    assert "the largest pool holds 17" in err and "GiB" not in err
+    code, _, err = run_cli(BASE + ["--engine", "vllm", "--kv-cache-tokens", "20000",
+                                   "--concurrency", "17", "-o", str(tmp_path)], capsys)
+    assert code == 0, err

@@ -273,7 +273,31 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
         "prefill_microbatches": lat.prefill_microbatches.astype(int),
         "decode_microbatches": lat.decode_microbatches.astype(int),
         "fits": fit,
+        POOL_REQUESTS: (np.full(len(plans), np.nan) if pool is None
+                        else np.floor(np.maximum(pool, 0.0) / kv_tokens)),
     })
+
+
+POOL_REQUESTS = "_kv_pool_requests"
+"""Working column (dropped before results are shown): requests whose KV cache the
+engine's pool holds, for the error that names it when only the pool is short."""
+
+
+def _no_fit_message(model: ModelSpec, table: pd.DataFrame, cluster: Cluster) -> str:
+    """Why no layout fits: memory per GPU, or, where every layout's memory fits
+    but its KV pool cannot hold the requests asked for, the pool."""
+    need, usable = table["memory_gib"].min(), usable_bytes(cluster.gpu) / 2**30
+    where = f"{cluster.num_gpus} x {cluster.gpu.name}"
+    pooled = table[POOL_REQUESTS] if POOL_REQUESTS in table else pd.Series(dtype=float)
+    if need <= usable and pooled.notna().all() and len(pooled):
+        best = int(pooled.max())
+        asked = int(table.loc[pooled.idxmax(), "batch"])
+        return (f"no layout of {model.name} holds {asked} requests per replica in its KV "
+                f"pool on {where}: the largest pool holds {best}; ask fewer (--concurrency, "
+                "--batch or --max-batch), raise --kv-memory-fraction or --kv-cache-tokens, "
+                "use more GPUs, or fp8")
+    return (f"no layout of {model.name} fits in {where}: the smallest needs {need:.1f} GiB "
+            f"per GPU of {usable:.1f}; use more GPUs, fp8, or shorter sequences")
 
 
 def _pool_held(pool, plans, kv_tokens):
@@ -357,11 +381,8 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     rejected = {}
     keep = table["fits"].to_numpy(dtype=bool, copy=True)
     if not keep.any():
-        need = table["memory_gib"].min()
-        raise InfeasibleError(
-            f"no layout of {model.name} fits in {cluster.num_gpus} x {cluster.gpu.name}: the "
-            f"smallest needs {need:.1f} GiB per GPU of {usable_bytes(cluster.gpu) / 2**30:.1f}; "
-            "use more GPUs, fp8, or shorter sequences" + _preemption_hint(engine, mode, pins))
+        raise InfeasibleError(_no_fit_message(model, table, cluster)
+                              + _preemption_hint(engine, mode, pins))
     rejected["does not fit in memory"] = int((~keep).sum())
     if request_rate_per_s is not None:
         keep, short = _at_rate(table, keep, request_rate_per_s)
@@ -384,7 +405,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                 f"{best[column]:.1f} {unit} (tp{best.tp} pp{best.pp} batch {best.batch})")
         rejected[reason] = int((keep & ~ok).sum())
         keep = keep & ok
-    kept = table[keep]
+    kept = table[keep].drop(columns=POOL_REQUESTS, errors="ignore")
     if mode == "continuous" and not pins.batch and request_rate_per_s is None and job is None:
         kept = at_limit(kept)
         rejected["below the largest concurrency meeting the limits"] = \
