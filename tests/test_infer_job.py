@@ -237,9 +237,9 @@ def test_exact_timing_never_starts_a_request_before_it_was_sent() -> None:
     captured = {}
     real = jobs.timing
 
-    def spy(plan, step_s, outputs, steady=False):
+    def spy(plan, step_s, outputs, steady=False, lag_s=None):
         captured["plan"], captured["step_s"] = plan, step_s
-        return real(plan, step_s, outputs, steady)
+        return real(plan, step_s, outputs, steady, lag_s)
     jobs.timing = spy
     try:
         _rate_job(16.0)

@@ -49,3 +49,34 @@ def test_steady_state_ttft_matches_a_simulated_poisson_job(name, rate) -> None:
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.06)
     # The prompt alone in its step came out 14-37% below the simulator here.
     assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.12)
+
+
+@pytest.mark.parametrize("tp,pp", [(2, 2), (1, 4)])
+def test_a_prompt_crosses_the_pipeline_stages_one_after_another(tp, pp) -> None:
+    # One request alone: its prompt rides in one micro-batch through every stage,
+    # as the static model's pipeline fill has it (job.prompt_lag_s), not spread
+    # over micro-batches as a round's throughput is.
+    model, cluster = get_model("llama3-70b"), Cluster(get_gpu("h100-80gb"), 1, 4)
+    work, engine = InferenceWorkload(2048, 64, "bf16"), engines.get_engine("vllm")
+    plans = InferencePlanTable.from_plans([InferencePlan(tp, pp, 64, 1)])
+    alone = run(model, work, plans, cluster, load_constants(), engine, Job(1)).iloc[0]
+    static = search(model, work, cluster, engine=engine, mode="static",
+                    pins=Pins((tp,), (pp,), (1,))).table.iloc[0]
+    assert alone.ttft_ms == pytest.approx(static.ttft_ms, rel=0.02)
+    assert alone.tpot_ms == pytest.approx(static.tpot_ms, rel=0.02)
+    flat = run(model, work, InferencePlanTable.from_plans([InferencePlan(4, 1, 64, 1)]),
+               cluster, load_constants(), engine, Job(1)).iloc[0]
+    assert alone.ttft_ms > 1.5 * flat.ttft_ms
+
+
+def test_steady_state_and_a_job_agree_with_pipeline_stages() -> None:
+    model, cluster = get_model("llama3-70b"), Cluster(get_gpu("h100-80gb"), 1, 4)
+    engine = engines.get_engine("vllm")
+    plans = InferencePlanTable.from_plans([InferencePlan(2, 2, 1024, 1)])
+    job = run(model, WORK, plans, cluster, load_constants(), engine,
+              Job(2000, None, 4.0, steady=True)).iloc[0]
+    held = max(1, round(4.0 * job.latency_ms / 1e3))
+    steady = search(model, WORK, cluster, engine=engine, mode="continuous",
+                    pins=Pins((2,), (2,), (held,))).table.iloc[0]
+    assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.1)
+    assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.05)
