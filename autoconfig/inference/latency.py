@@ -532,8 +532,9 @@ def prompt_window(s_in: float, arrivals_per_step, budget, beside):
     ``ceil(s_in / chunk)`` chunks. Checked against the job simulator
     (``autoconfig.inference.job``, which admits every step's arrivals together)
     at the concurrency of a 3,000-request Poisson job by Little's law: Llama 3 8B
-    on one H100, 512 / 128 tokens, 5-40 requests/s, vLLM, TensorRT-LLM and SGLang:
-    steady TTFT / simulated 0.91-1.07 (0.63-0.99 with the prompt alone). At the
+    on one H100, 512 / 128 tokens, 5-40 requests/s: steady TTFT / simulated
+    0.91-0.97 for vLLM and TensorRT-LLM (0.63-0.95 with the prompt alone), SGLang
+    1.02-1.06 at 5-20/s and 0.85 at 40/s, 616 requests in flight. At the
     concurrencies MLPerf v4.1-v5.1's TensorRT-LLM Server runs held (rate times
     latency), their mean TTFT came out 13-27% low instead of 14-59%
     (``benchmarks/infer_steady_state.py``)."""
@@ -569,24 +570,36 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         prefill_tokens=prompt_share if mixed else none,
         prefill_context=s_in / 2.0, logits_rows=running,
         prefill_step_share=np.minimum(running / s_out * np.ceil(s_in / chunk), 1.0)))
-    tpot = pp * step + engine.decode_step_overhead_s
+    decode = pp * step + engine.decode_step_overhead_s
+    tpot = decode
+    k = engine.decode_steps
+    arriving = k * running / s_out          # prompts one admission interval gathers
     if not mixed:
-        prompts = running / s_out
+        # One forward per run of k decode steps takes what arrived during it.
         alone, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
             decode_seqs=none, decode_context=context,
-            prefill_tokens=np.maximum(prompts, 1.0) * s_in, prefill_context=s_in / 2.0,
-            logits_rows=np.maximum(prompts, 1.0)))
-        tpot = tpot + np.minimum(prompts, 1.0) * (pp * alone + overhead)
-    steps, tokens, prompts = prompt_window(s_in, running / s_out, budget, beside)
+            prefill_tokens=np.maximum(arriving, 1.0) * s_in, prefill_context=s_in / 2.0,
+            logits_rows=np.maximum(arriving, 1.0)))
+        forward = pp * alone + overhead
+        tpot = tpot + np.minimum(arriving, 1.0) / k * forward
+    steps, tokens, prompts = prompt_window(s_in, arriving, budget, beside)
     chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=beside, decode_context=context, prefill_tokens=tokens,
         prefill_context=s_in / 2.0, logits_rows=beside + prompts))
     # An arrival waits for the decode run under way (half of it on average:
     # one step, or a whole multi-step run of ``decode_steps``), and under an
     # overlap scheduler for the step already built after it, then the steps
-    # that prefill it beside the prompts that arrived with it.
-    waited = engine.decode_steps / 2.0 + (1.0 if engine.overlap_schedule else 0.0)
-    ttft = waited * tpot + steps * (pp * chunk_step + overhead)
+    # that prefill it beside the prompts that arrived with it. Where prefills
+    # run alone, it lands in a decode run or in a prefill forward in proportion
+    # to the time each takes, and waits for the rest of that one.
+    built = 1.0 if engine.overlap_schedule else 0.0
+    if mixed:
+        wait = (k / 2.0 + built) * tpot
+    else:
+        in_decode = decode / tpot
+        wait = (in_decode * k * decode / 2.0 + (1.0 - in_decode) * forward / 2.0
+                + built * tpot)
+    ttft = wait + steps * (pp * chunk_step + overhead)
     if not engine.prefill_samples_first_token:      # then the decode step that samples it
         ttft = ttft + pp * step + engine.decode_step_overhead_s
     ones = np.ones(len(plans))
