@@ -44,7 +44,7 @@ def test_arrivals_of_the_same_step_share_its_prefill() -> None:
 def test_steady_state_ttft_matches_a_simulated_poisson_job(name, rate) -> None:
     # Not asserted: SGLang at 40/s, 616 requests in flight, where prefill-first
     # forwards follow one another under its overlap scheduler; the steady state
-    # comes out 15% below the simulator there (README, inference accuracy).
+    # comes out 11% below the simulator there (README, inference accuracy).
     engine = engines.get_engine(name)
     plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 1024, 1)])
     job = run(MODEL, WORK, plans, CLUSTER, load_constants(), engine,
@@ -53,8 +53,12 @@ def test_steady_state_ttft_matches_a_simulated_poisson_job(name, rate) -> None:
     steady = search(MODEL, WORK, CLUSTER, engine=engine, mode="continuous",
                     pins=Pins((1,), (1,), (held,))).table.iloc[0]
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.06)
-    # The prompt alone in its step came out 14-37% below the simulator here.
-    assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.12)
+    # Mixed steps (vLLM, TensorRT-LLM) take the window and the bursts as derived:
+    # 0.99-1.03 of the simulator; the prompt alone in its step gave 0.63-0.86 at
+    # 20-40/s. Prefill-first forwards under SGLang's overlap scheduler are the
+    # rougher approximation: 1.03-1.13 at 5-20/s.
+    assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.05 if engine.mixed_prefill
+                                           else 0.15)
 
 
 @pytest.mark.parametrize("tp,pp", [(2, 2), (1, 4)])
