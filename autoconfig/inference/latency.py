@@ -118,7 +118,9 @@ the ``C / s_out`` others that arrived in the same step (``prompt_window``: the
 window holds ``1 + C / s_out`` prompts as an arrival sees it, in chunks of the
 step's token budget, or whole where the engine does not chunk); then, where the
 engine's prefill stops a token short, the decode step that samples the first
-token).
+token). Poisson arrivals come in bursts, which lengthen the steps an arrival
+meets and crowd the one that admits it (``burst_wait_s``, added where no token
+budget cuts the window short).
 
 An engine that does not mix (``Engine.mixed_prefill`` False: prefill-first)
 runs the prompts as forwards of their own while the decodes wait: a decode
@@ -126,8 +128,11 @@ step carries no prompt tokens, and per decode step ``n = C / s_out`` prompts
 are prefilled, batched into one forward when ``n >= 1`` and one at a time
 every ``1 / n`` steps otherwise, so TPOT adds ``min(n, 1) * (pp *
 t_stage(max(n, 1) prompts) + overhead)``: each such forward streams the
-weights again, which a mixed step shares with the decodes. A new prompt's
-forward then holds no decodes either.
+weights again, which a mixed step shares with the decodes (with multi-step
+scheduling one forward per run of ``k`` steps takes the ``k n`` prompts the run
+gathered). A new prompt's forward then holds no decodes either, and an arrival
+waits for the decode run or the forward under way, in proportion to the time
+each takes, rather than for ``k / 2`` mean steps.
 """
 
 from dataclasses import dataclass
