@@ -97,7 +97,7 @@ def test_a_multi_step_engine_waits_for_the_decode_run_not_the_mean_step(rate) ->
     # vLLM 0.6 with --num-scheduler-steps 10: prefills run alone between runs of
     # ten decode steps. An arrival waits for the run under way (five decode steps
     # on average) or the forward under way; five mean steps, prefill forwards
-    # included, came out 7-17% above the simulator.
+    # included, came out 6-15% above the simulator.
     engine = engines.configured("vllm", 10, False, False, None, None, None, None, None, None)
     model, cluster = get_model("llama3-8b"), Cluster(get_gpu("a100-80gb"), 1, 1)
     work = InferenceWorkload(220, 190, "bf16")
