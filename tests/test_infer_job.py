@@ -412,7 +412,9 @@ def test_steady_state_ttft_waits_one_step_more_under_an_overlap_scheduler() -> N
     w = InferenceWorkload(512, 256, "bf16")
     rows = [search(MODEL, w, CLUSTER, engine=e, mode="continuous", pins=Pins((1,), (1,), (32,)))
             .table.iloc[0] for e in (SGLANG, off)]
-    assert rows[0].ttft_ms - rows[1].ttft_ms == pytest.approx(rows[1].tpot_ms, rel=1e-6)
+    # One step more (the burst term reads a request's lifetime, which that step
+    # lengthens a little, hence not to the last digit).
+    assert rows[0].ttft_ms - rows[1].ttft_ms == pytest.approx(rows[1].tpot_ms, rel=0.01)
     assert rows[0].tpot_ms == pytest.approx(rows[1].tpot_ms)
 
 

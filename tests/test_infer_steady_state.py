@@ -22,20 +22,30 @@ WORK = InferenceWorkload(512, 128, "bf16")
 
 
 def test_at_low_load_the_window_is_the_prompt_in_its_chunks() -> None:
-    steps, tokens, prompts = prompt_window(512, np.array([0.0]), None, np.array([0.0]))
-    assert (steps, tokens, prompts) == (1.0, 512.0, 1.0)
-    steps, tokens, _ = prompt_window(512, np.array([0.0]), 256, np.array([56.0]))
-    assert steps[0] == np.ceil(512 / 200) and tokens[0] == 200
+    full, _, last = prompt_window(512, np.array([0.0]), None, np.array([0.0]))
+    assert (full[0], last[0]) == (0.0, 512.0)
+    # 200 tokens of room a step: two full chunks, then the last 112 tokens.
+    full, room, last = prompt_window(512, np.array([0.0]), 256, np.array([56.0]))
+    assert (full[0], room[0], last[0]) == (2.0, 200.0, 112.0)
 
 
 def test_arrivals_of_the_same_step_share_its_prefill() -> None:
     # Two others arrive per step on average: unchunked, the step holds three prompts.
-    steps, tokens, prompts = prompt_window(400, np.array([2.0]), None, np.array([0.0]))
-    assert steps[0] == 1 and tokens[0] == pytest.approx(1200) and prompts[0] == 3
-    # Under a budget leaving 1,000 prompt tokens a step, the one ahead of it and its
-    # own 400 tokens fit in one step, which carries the window's 1,200 up to the room.
-    steps, tokens, _ = prompt_window(400, np.array([2.0]), 1100, np.array([100.0]))
-    assert steps[0] == np.ceil(800 / 1000) and tokens[0] == 1000
+    full, _, last = prompt_window(400, np.array([2.0]), None, np.array([0.0]))
+    assert full[0] == 0 and last[0] == pytest.approx(1200)
+    # With room for the whole window its step carries all of it on average.
+    full, _, last = prompt_window(400, np.array([2.0]), 5100, np.array([100.0]))
+    assert full[0] == pytest.approx(0, abs=1e-6) and last[0] == pytest.approx(1200, rel=1e-3)
+
+
+def test_a_prompt_just_under_the_room_mostly_fits_one_step() -> None:
+    # 8,000 tokens with 8,184 of room: a full step more for each prompt ahead of
+    # it (0.08 on average), not always one, as the ceil of the mean ahead (8,640
+    # tokens) would have it; the prompts behind it rarely come and then fill what
+    # little room is left.
+    full, room, last = prompt_window(8000, np.array([0.16]), 8192, np.array([8.0]))
+    assert full[0] == pytest.approx(0.08, rel=0.01)
+    assert 8000 - 0.08 * 184 < last[0] < room[0]
 
 
 @pytest.mark.parametrize("name,rate", [("vllm", 20.0), ("vllm", 40.0),
@@ -109,3 +119,20 @@ def test_a_multi_step_engine_waits_for_the_decode_run_not_the_mean_step(rate) ->
                     pins=Pins((1,), (1,), (held,))).table.iloc[0]
     assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.08)
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["vllm", "tensorrt-llm"])
+@pytest.mark.parametrize("rate", [1.5, 2.5, 3.0])
+def test_long_prompts_queue_for_the_step_budget(name, rate) -> None:
+    # 8,000-token prompts against an 8,192-token step: a step takes about one,
+    # so arrivals queue for the budget (latency.prompt_queue_s, M/D/1). Without
+    # the queue the steady TTFT came out 0.58 of the simulator at 11 in flight.
+    engine = engines.get_engine(name)
+    work = InferenceWorkload(8000, 50, "bf16")
+    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 1024, 1)])
+    job = run(MODEL, work, plans, CLUSTER, load_constants(), engine,
+              Job(2000, None, rate, steady=True)).iloc[0]
+    held = max(1, round(rate * job.latency_ms / 1e3))
+    steady = search(MODEL, work, CLUSTER, engine=engine, mode="continuous",
+                    pins=Pins((1,), (1,), (held,))).table.iloc[0]
+    assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.12)
