@@ -544,7 +544,7 @@ def prompt_window(s_in: float, arrivals_per_step, budget, beside):
     TensorRT-LLM with ``burst_wait_s`` (0.63-0.95 with the prompt alone), SGLang
     1.03-1.13 at 5-20/s and 0.89 at 40/s, 616 requests in flight. At the
     concurrencies MLPerf v4.1-v5.1's TensorRT-LLM Server runs held (rate times
-    latency), their mean TTFT came out with a median error of -3.9% instead of
+    latency), their mean TTFT came out with a median error of -4.1% instead of
     -39.9% (``benchmarks/infer_steady_state.py``)."""
     n = np.asarray(arrivals_per_step, dtype=float)
     window = s_in * (1.0 + n)
