@@ -21,6 +21,20 @@ CLUSTER = Cluster(get_gpu("h100-80gb"), 1, 1)
 WORK = InferenceWorkload(512, 128, "bf16")
 
 
+def job_and_steady(engine, rate, model=MODEL, cluster=CLUSTER, work=WORK, layout=(1, 1),
+                   requests=3000):
+    """A Poisson job at ``rate`` and the steady state at the concurrency it held
+    (rate times its mean latency, Little's law), each as its table row."""
+    tp, pp = layout
+    plans = InferencePlanTable.from_plans([InferencePlan(tp, pp, 1024, 1)])
+    job = run(model, work, plans, cluster, load_constants(), engine,
+              Job(requests, None, rate, steady=True)).iloc[0]
+    held = max(1, round(rate * job.latency_ms / 1e3))
+    steady = search(model, work, cluster, engine=engine, mode="continuous",
+                    pins=Pins((tp,), (pp,), (held,))).table.iloc[0]
+    return job, steady
+
+
 def test_at_low_load_the_window_is_the_prompt_in_its_chunks() -> None:
     full, _, last = prompt_window(512, np.array([0.0]), None, np.array([0.0]))
     assert (full[0], last[0]) == (0.0, 512.0)
@@ -56,12 +70,7 @@ def test_steady_state_ttft_matches_a_simulated_poisson_job(name, rate) -> None:
     # forwards follow one another under its overlap scheduler; the steady state
     # comes out 11% below the simulator there (README, inference accuracy).
     engine = engines.get_engine(name)
-    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 1024, 1)])
-    job = run(MODEL, WORK, plans, CLUSTER, load_constants(), engine,
-              Job(3000, None, rate, steady=True)).iloc[0]
-    held = max(1, round(rate * job.latency_ms / 1e3))        # Little's law
-    steady = search(MODEL, WORK, CLUSTER, engine=engine, mode="continuous",
-                    pins=Pins((1,), (1,), (held,))).table.iloc[0]
+    job, steady = job_and_steady(engine, rate)
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.06)
     # Mixed steps (vLLM, TensorRT-LLM) take the window and the bursts as derived:
     # 0.99-1.03 of the simulator; the prompt alone in its step gave 0.63-0.86 at
@@ -90,14 +99,9 @@ def test_a_prompt_crosses_the_pipeline_stages_one_after_another(tp, pp) -> None:
 
 
 def test_steady_state_and_a_job_agree_with_pipeline_stages() -> None:
-    model, cluster = get_model("llama3-70b"), Cluster(get_gpu("h100-80gb"), 1, 4)
-    engine = engines.get_engine("vllm")
-    plans = InferencePlanTable.from_plans([InferencePlan(2, 2, 1024, 1)])
-    job = run(model, WORK, plans, cluster, load_constants(), engine,
-              Job(2000, None, 4.0, steady=True)).iloc[0]
-    held = max(1, round(4.0 * job.latency_ms / 1e3))
-    steady = search(model, WORK, cluster, engine=engine, mode="continuous",
-                    pins=Pins((2,), (2,), (held,))).table.iloc[0]
+    job, steady = job_and_steady(engines.get_engine("vllm"), 4.0, get_model("llama3-70b"),
+                                 Cluster(get_gpu("h100-80gb"), 1, 4), layout=(2, 2),
+                                 requests=2000)
     assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.1)
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.05)
 
@@ -109,14 +113,8 @@ def test_a_multi_step_engine_waits_for_the_decode_run_not_the_mean_step(rate) ->
     # on average) or the forward under way; five mean steps, prefill forwards
     # included, came out 6-15% above the simulator.
     engine = engines.configured("vllm", 10, False, False, None, None, None, None, None, None)
-    model, cluster = get_model("llama3-8b"), Cluster(get_gpu("a100-80gb"), 1, 1)
-    work = InferenceWorkload(220, 190, "bf16")
-    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 256, 1)])
-    job = run(model, work, plans, cluster, load_constants(), engine,
-              Job(3000, None, rate, steady=True)).iloc[0]
-    held = max(1, round(rate * job.latency_ms / 1e3))
-    steady = search(model, work, cluster, engine=engine, mode="continuous",
-                    pins=Pins((1,), (1,), (held,))).table.iloc[0]
+    job, steady = job_and_steady(engine, rate, cluster=Cluster(get_gpu("a100-80gb"), 1, 1),
+                                 work=InferenceWorkload(220, 190, "bf16"))
     assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.08)
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.05)
 
@@ -127,12 +125,6 @@ def test_long_prompts_queue_for_the_step_budget(name, rate) -> None:
     # 8,000-token prompts against an 8,192-token step: a step takes about one,
     # so arrivals queue for the budget (latency.prompt_queue_s, M/D/1). Without
     # the queue the steady TTFT came out 0.58 of the simulator at 11 in flight.
-    engine = engines.get_engine(name)
-    work = InferenceWorkload(8000, 50, "bf16")
-    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 1024, 1)])
-    job = run(MODEL, work, plans, CLUSTER, load_constants(), engine,
-              Job(2000, None, rate, steady=True)).iloc[0]
-    held = max(1, round(rate * job.latency_ms / 1e3))
-    steady = search(MODEL, work, CLUSTER, engine=engine, mode="continuous",
-                    pins=Pins((1,), (1,), (held,))).table.iloc[0]
+    job, steady = job_and_steady(engines.get_engine(name), rate,
+                                 work=InferenceWorkload(8000, 50, "bf16"), requests=2000)
     assert steady.ttft_ms == pytest.approx(job.ttft_ms, rel=0.12)
