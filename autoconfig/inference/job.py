@@ -515,8 +515,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                         engine.overlap_schedule)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
-        lag = prompt_lag_s(model, workload, one, cluster, constants, engine, plan)
-        t = timing(plan, step_s, outputs, share.steady, lag)
+        t = timing(plan, step_s, outputs, share.steady,
+                   prompt_lag_s(seconds, float(one.pp[0]), plan, step_s))
         rows.append({"ttft_ms": t.ttft_s * 1e3, "tpot_ms": t.tpot_s * 1e3,
                      "latency_ms": t.latency_s * 1e3,
                      **{f"{k}_ms": v * 1e3 for k, v in t.percentiles_s.items()},
@@ -545,37 +545,31 @@ def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, 
     return pp * stage[0] + host_step_s(engine, np.asarray(prefill_tokens, dtype=float))
 
 
-def prompt_lag_s(model, workload, one, cluster, constants, engine, plan: Schedule):
+def prompt_lag_s(seconds, pp: float, plan: Schedule, step_s: np.ndarray) -> np.ndarray:
     """Per segment: how much later than the end of its step a prompt finished in it
     gives its first token, with ``pp`` pipeline stages.
 
     A step of a pipelined replica is a round of ``pp`` micro-batches, and its
-    length (``step_seconds``) spreads the step's prompt tokens over them: right
-    for throughput, since each stage works through all of them either way. But a
-    prompt rides in one micro-batch and crosses the ``pp`` stages one after
-    another (vLLM and TensorRT-LLM put a request in one in-flight micro-batch at
-    a time), so its first token comes ``pp * t_stage(its micro-batch)`` after the
-    round began: with the step's prompts split over ``min(pp, prompts)``
-    micro-batches, ``pp * (t_stage(d / pp, P / k) - t_stage(d / pp, P / pp))``
-    after the round's end. One Llama 3 70B prompt of 2,048 tokens on 4 H100s took
-    195 ms to its first token at TP 1 PP 4 against 181 ms at TP 4, where the
-    stages in turn take 570 ms (the static model's GPipe fill). 0 without
-    pipeline stages."""
-    pp = float(one.pp[0])
+    length (``step_seconds``, here ``step_s``) spreads the step's prompt tokens
+    over them: right for throughput, since each stage works through all of them
+    either way. But a prompt rides in one micro-batch and crosses the ``pp``
+    stages one after another (vLLM and TensorRT-LLM put a request in one in-flight
+    micro-batch at a time), so its first token comes ``pp * t_stage(its
+    micro-batch)`` after the round began: with the step's prompts split over ``k
+    = min(pp, prompts)`` micro-batches, the step as ``seconds`` times it with
+    ``pp / k`` times the prompt tokens, less ``step_s``. One Llama 3 70B prompt of
+    2,048 tokens on 4 H100s took 195 ms to its first token at TP 1 PP 4 against
+    181 ms at TP 4, where the stages in turn take 570 ms (the static model's
+    GPipe fill). 0 without pipeline stages."""
     if pp == 1:
         return np.zeros(len(plan.steps))
-    from autoconfig.inference.latency import StepLoad, stage_seconds
-
     prompts = np.maximum(np.asarray(plan.logits_rows, dtype=float)
                          - np.asarray(plan.decode_seqs, dtype=float), 1.0)
-    row = lambda values: np.asarray(values, dtype=float)[None, :]   # noqa: E731
-    lanes = np.minimum(pp, prompts)
-    stages = [stage_seconds(model, workload, one, cluster, constants, engine, StepLoad(
-        decode_seqs=row(plan.decode_seqs) / pp, decode_context=row(plan.decode_context),
-        prefill_tokens=row(plan.prefill_tokens) / split,
-        prefill_context=row(plan.prefill_context),
-        logits_rows=row(plan.logits_rows) / pp))[0][0] for split in (lanes, pp)]
-    return np.where(np.asarray(plan.prefill_tokens) > 0, pp * (stages[0] - stages[1]), 0.0)
+    spread = pp / np.minimum(pp, prompts)
+    lane = seconds(plan.decode_seqs, plan.decode_context,
+                   np.asarray(plan.prefill_tokens, dtype=float) * spread,
+                   plan.prefill_context, plan.logits_rows)
+    return np.where(np.asarray(plan.prefill_tokens) > 0, lane - step_s, 0.0)
 
 
 def host_step_s(engine, prefill_tokens):

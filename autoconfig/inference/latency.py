@@ -29,8 +29,9 @@ Kernels run one after another, each bound by its own compute or memory traffic
   SGLang's went 29.9% -> 37.7% (TPOT 34.9% -> 39.5%), TensorRT-LLM's latency
   23.3% -> 26.9% and vLLM's TTFT 20.2% -> 24.5%: the penalty stands in for
   costs of mixed and prefill steps the step model lacks, not taken.) fp8
-  weights compute ``fp8_gemm_speedup`` faster and read half the input bytes, as in training (``gemm_time_s``; tried
-  instead: the forward-only FP8 GEMM speed measured on an H100, 1.84x,
+  weights compute ``fp8_gemm_speedup`` faster and read half the input bytes, as
+  in training (``gemm_time_s``; tried instead: the forward-only FP8 GEMM speed
+  measured on an H100, 1.84x,
   benchmarks/gpu/gemm_fp8.csv; TensorRT-LLM's H200
   offline rows moved from 13-23% low to 2-14% low, but its H100 rows from
   -5..+11% to +5..+24% and vLLM's FP8 rows from 7-42% to 18-52% high, FP8
@@ -537,8 +538,9 @@ def prompt_window(s_in: float, arrivals_per_step, budget, beside):
     of ``A`` and the tokens behind it that still fit, averaged over ``K`` (the
     mean of ``ceil`` is not the ``ceil`` of the mean: a prompt just under the
     room fits in one step unless another is ahead of it). At low load (n -> 0)
-    this is the request's own prompt in chunks. Checked against the job simulator (``autoconfig.inference.job``,
-    which admits every step's arrivals together) at the concurrency of a
+    this is the request's own prompt in chunks. Checked against the job
+    simulator (``autoconfig.inference.job``, which admits every step's arrivals
+    together) at the concurrency of a
     3,000-request Poisson job by Little's law: Llama 3 8B on one H100, 512 / 128
     tokens, 5-40 requests/s: steady TTFT / simulated 0.99-1.03 for vLLM and
     TensorRT-LLM with ``burst_wait_s`` (0.63-0.95 with the prompt alone), SGLang
