@@ -13,7 +13,8 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.inference import report
-from autoconfig.inference.collectives import kernel_gpu_floor_s, sync_latency_s
+from autoconfig.inference.collectives import (kernel_gpu_floor_s, sync_latency_s,
+                                              tp_allreduce_s)
 from autoconfig.inference.engine import get_engine, with_kv_cache_tokens
 from autoconfig.inference.latency import ALLREDUCES_PER_LAYER, latency
 from autoconfig.inference.memory import kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
@@ -162,6 +163,25 @@ def test_tp_allreduce_latency_dominates_small_decode() -> None:
     one_shot = latency(model, InferenceWorkload(60, 20), plans, cluster, engine=TRT)
     assert one_shot.decode_tp_comm_s[0] == pytest.approx(96 * 2 * 2 * sync_latency_s(),
                                                          rel=0.25)
+
+
+def test_custom_all_reduce_costs_follow_vllms_measured_kernels() -> None:
+    """vLLM's custom all-reduce on 4 H100 (pull request 24111, TP=4, CUDA graphs):
+    one stage up to 512 KiB, two stages above, which cost more than the one-stage
+    law: 17 / 18 / 27 / 27 / 35 / 43 us at 0.5 / 1 / 1.5 / 2 / 3 / 4 MiB. The
+    model prices what vLLM picks (not the cheaper kernel), within 15%."""
+    vllm, c = get_engine("vllm"), load_constants()
+    nv = get_gpu("h100-80gb").nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
+    sizes = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 4.0]) * 2**20
+    measured = np.array([17.0, 18.0, 27.0, 27.0, 35.0, 43.0]) * 1e-6
+    model = tp_allreduce_s(sizes + 1, 4, 4, nv, nv, c.comm_latency_s, vllm)
+    assert np.all(np.abs(model / measured - 1.0) < 0.15)
+    # Up to the one-stage limit the cost is the one-shot law's; one byte more steps up.
+    limit = float(vllm.one_shot_max_bytes)
+    below, above = tp_allreduce_s(np.array([limit, limit + 1]), 4, 4, nv, nv,
+                                  c.comm_latency_s, vllm)
+    assert below == pytest.approx(2 * sync_latency_s() + 3 * limit / nv)
+    assert above > 1.3 * below
 
 
 def test_tp8_beats_tp4_at_batch_1_with_one_shot_all_reduce() -> None:
