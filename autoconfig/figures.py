@@ -7,6 +7,8 @@ on the first figure, so a command that draws none never loads it.
 
 from pathlib import Path
 
+from autoconfig.atomic import make_parent, write_target
+
 
 def subplots(*args, **kwargs):
     """``(figure, axes)`` as ``pyplot.subplots`` gives them, drawn by Agg."""
@@ -18,8 +20,8 @@ def subplots(*args, **kwargs):
 def save(fig, path: Path, dpi: int = 100, tight: bool = True) -> Path:
     """Save atomically (a temporary name, then a rename); ``tight`` crops the
     margins to the drawn content (a measuring pass)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = write_target(path)
+    make_parent(path)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=dpi, bbox_inches="tight" if tight else None)
     tmp.replace(path)

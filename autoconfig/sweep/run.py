@@ -29,7 +29,7 @@ from pathlib import Path
 
 from autoconfig import __version__
 from autoconfig.atomic import write_atomic
-from autoconfig.errors import AutoconfigError, BusyError
+from autoconfig.errors import AutoconfigError, BusyError, InputError
 from autoconfig.sweep.spec import Setting, SweepSpec
 
 MANIFEST = "manifest.json"
@@ -75,9 +75,12 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
     # and lose a manifest update): the profiling store's lock, judged by pid and
     # process start time.
     with lock(out_dir):
-        write_manifest(out_dir, spec, sweep_file)
+        write_manifest(out_dir, spec, sweep_file, echo)
         for setting in spec.settings:
             record = load_record(out_dir, setting)
+            if record is None and setting_path(out_dir, setting).exists():
+                echo(f"warning: {setting_path(out_dir, setting)} is not a readable record: "
+                     f"{setting.key} runs again")
             if record is None or record.get("status") in again:
                 record = run_setting(setting, spec, out_dir,
                                      retry_plans=("failed",) if record is not None else (),
@@ -212,11 +215,17 @@ def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path, retry_pla
     return {"measured": measured}
 
 
-def write_manifest(out_dir: Path, spec: SweepSpec, sweep_file: Path | None) -> Path:
+def write_manifest(out_dir: Path, spec: SweepSpec, sweep_file: Path | None,
+                   echo=None) -> Path:
     """manifest.json: what produced this run (kept from the first invocation;
-    each resume is appended to ``resumed``)."""
+    each resume is appended to ``resumed``). A folder that holds another sweep
+    is refused: its records and the new ones would merge into one report."""
     path = Path(out_dir) / MANIFEST
-    manifest = _existing_manifest(path)
+    manifest = _existing_manifest(path, echo)
+    if manifest is not None and manifest.get("sweep_name") not in (None, spec.name):
+        raise InputError(f"results folder {out_dir} holds sweep {manifest['sweep_name']!r} "
+                         f"({path}), not {spec.name!r}: give another output folder (-o) or "
+                         "that sweep's file to resume it")
     if manifest is not None:
         resumed = manifest.get("resumed")
         manifest["resumed"] = (resumed if isinstance(resumed, list) else []) + [_now(time.time())]
@@ -229,9 +238,10 @@ def write_manifest(out_dir: Path, spec: SweepSpec, sweep_file: Path | None) -> P
     return write_atomic(path, json.dumps(manifest, indent=2) + "\n")
 
 
-def _existing_manifest(path: Path) -> dict | None:
+def _existing_manifest(path: Path, echo=None) -> dict | None:
     """The manifest a first run wrote; None when there is none. A corrupt one is
-    set aside (manifest.json.corrupt) and a new one written: nothing lost."""
+    set aside (manifest.json.corrupt, said in one line) and a new one written:
+    nothing lost."""
     if not path.exists():
         return None
     try:
@@ -240,8 +250,12 @@ def _existing_manifest(path: Path) -> dict | None:
             return data
     except (OSError, ValueError):
         pass
+    aside = path.with_name(path.name + ".corrupt")
     with suppress(OSError):
-        os.replace(path, path.with_name(path.name + ".corrupt"))
+        os.replace(path, aside)
+    if echo is not None:
+        echo(f"warning: {path} was not a readable manifest: set aside as {aside.name}, "
+             "a new one written")
     return None
 
 
