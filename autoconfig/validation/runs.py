@@ -73,7 +73,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from autoconfig.core.catalog import get_gpu, get_model
-from autoconfig.errors import InputError
+from autoconfig.errors import AutoconfigError, InputError
 from autoconfig.textfile import read_text
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec, hardware_flops_per_token
@@ -210,7 +210,19 @@ def load_runs(path: Path) -> list[Run]:
     missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
     if missing:
         raise InputError(f"runs file {str(path)!r} lacks column(s) {', '.join(missing)}")
-    return [row_to_run(row) for row in reader]
+    return [_checked_row(row) for row in reader]
+
+
+def _checked_row(row: dict) -> Run:
+    """``row_to_run``, where a row the model cannot be asked about (a value out
+    of range, a GPU count that is not whole nodes) is a Run with that reason:
+    one bad row of a user's file must not stop the rest being scored."""
+    try:
+        return row_to_run(row)
+    except AutoconfigError as exc:
+        return Run(record_id=row.get("record_id") or "?", source_id=row.get("source_id") or "?",
+                   model_name=row.get("model_name") or "?",
+                   skip_reason=f"invalid row {row.get('record_id')}: {str(exc).splitlines()[0]}")
 
 
 def row_to_run(row: dict) -> Run:
@@ -218,6 +230,11 @@ def row_to_run(row: dict) -> Run:
     (OOM, inconsistent figures) keep model and plan for the memory check."""
     base = dict(record_id=row["record_id"], source_id=row["source_id"],
                 model_name=row["model_name"])
+    empty = [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]
+    if empty:
+        return Run(**base, skip_reason=f"{', '.join(empty)} not stated")
+    if not (_int(row, "num_gpus") or 0) > 0:
+        raise InputError(f"num_gpus {row['num_gpus']!r} must be a whole number from 1")
     reason = _skip_reason(row)
     if reason and not _plan_buildable(row):
         return Run(**base, skip_reason=reason)
