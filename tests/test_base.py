@@ -298,3 +298,31 @@ def test_published_batch_wins_over_the_gpt3_table() -> None:
     # The published batch is in tokens: a shorter sequence gets more of them.
     other = b.make_base(b.BaseRequest(model="llama2", size="7b", seq_len=2048))
     assert (other.seq_len, other.global_batch_size) == (2048, 2048)
+
+
+@pytest.mark.parametrize("model, size, tokens", [("gpt3", "1.3b", 100e6), ("gpt3", "175b", 300e6),
+                                                 ("llama3", "8b", 200e6)])
+def test_a_run_shorter_than_its_warmup_warms_up_below_the_decay(model, size, tokens):
+    """Megatron-LM asserts lr_warmup_steps < lr_decay_steps: GPT-3's 375M-token
+    warm-up (or a model's published steps) cannot stand in a shorter run."""
+    cfg = b.make_base(b.BaseRequest(model=model, size=size, tokens=tokens))
+    assert 1 <= cfg.lr_warmup_steps < cfg.lr_decay_steps <= cfg.train_steps
+    assert "Megatron-LM asserts warm-up < decay" in dict(cfg.rationale)["lr_warmup_steps"]
+
+
+def test_a_long_run_keeps_gpt3s_warmup():
+    cfg = b.make_base(b.BaseRequest(model="gpt3", size="1.3b", tokens=300e9))
+    assert cfg.lr_warmup_steps == 358
+
+
+def test_budget_mode_keeps_an_moe_templates_leading_dense_layers():
+    """DeepSeek-V3's three dense layers stay: the smallest shape has one MoE layer
+    after them (a one-layer candidate failed the model's own check)."""
+    cfg = budget(gpu="h100-80gb", nodes=1, days=30, tokens=b.CHINCHILLA, model="deepseek-v3")
+    assert cfg.model.is_moe
+    assert cfg.model.num_layers > cfg.model.moe_first_dense_layers
+
+
+def test_a_budget_beyond_the_largest_shape_is_infeasible():
+    with pytest.raises(InfeasibleError, match="beyond the largest gpt3 shape"):
+        budget(gpu="h100-80gb", nodes=1, days=1e9, tokens=300e9)

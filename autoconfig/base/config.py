@@ -368,6 +368,24 @@ def _step_counts(model: ModelSpec, tokens: float, tokens_per_step: int
                              "(base_config.py generate_base_config)")})
 
 
+def _fit_warmup(values: dict[str, Any], why: dict[str, str]) -> None:
+    """Megatron-LM refuses a warm-up that reaches the decay
+    (megatron/core/optimizer_param_scheduler.py: assert lr_warmup_steps <
+    lr_decay_steps): a run shorter than its warm-up rule (GPT-3's 375M tokens,
+    or a model's published steps) warms up over a share of its steps instead,
+    the NeMo launcher's warmup_ratio."""
+    warmup, decay = values.get("lr_warmup_steps"), values.get("lr_decay_steps")
+    if warmup is None or decay is None or warmup < decay:
+        return
+    ratio = _hp("t5_warmup_ratio")
+    values["lr_warmup_steps"] = min(decay - 1, max(1, int(float(ratio.value)
+                                                         * values["train_steps"])))
+    why["lr_warmup_steps"] = (f"{ratio.value:g} of the {values['train_steps']} train steps, "
+                              f"below the {decay} decay steps (the run is shorter than "
+                              f"{warmup} warm-up steps; Megatron-LM asserts warm-up < decay): "
+                              + ratio.source)
+
+
 def _published(model: ModelSpec, values: dict[str, Any], why: dict[str, str],
                tokens_given: bool, per_token_flops: float, skip: tuple[str, ...] = ()) -> None:
     """Put the model's own published schedule (``catalog.published_schedule``: LR,
@@ -547,6 +565,7 @@ def make_base(req: BaseRequest) -> BaseConfig:
     # A T5's published warm-up is 1% of its published steps: given --tokens, 1% of the new.
     skip = ("lr_warmup_steps",) if model.is_encoder_decoder and req.tokens is not None else ()
     _published(model, values, why, tokens_given=True, per_token_flops=per_token, skip=skip)
+    _fit_warmup(values, why)
     # The model trains with the dropout recommended here, so memory and search
     # downstream count (or skip) dropout masks accordingly.
     values["model"] = replace(model, hidden_dropout=values["hidden_dropout"],
@@ -586,6 +605,7 @@ def base_for_model(model: ModelSpec, precision: str | None = None) -> BaseConfig
     values["attention_dropout"] = model.attention_dropout
     why["hidden_dropout"] = why["attention_dropout"] = f"{model.name}'s own (as searched)"
     _published(model, values, why, tokens_given=False, per_token_flops=per_token)
+    _fit_warmup(values, why)
     return BaseConfig(rationale=tuple(why.items()), **values)
 
 
@@ -665,8 +685,10 @@ def base_from_dict(data: dict[str, Any], where: str) -> BaseConfig:
     if missing:
         raise CatalogError(f"{where}: missing field(s) {', '.join(missing)}")
     for key in ("global_batch_size", "seq_len", "train_steps", "lr_warmup_steps", "lr_decay_steps"):
-        if isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < 1:
-            raise CatalogError(f"{where}: field {key!r} must be a positive integer, "
+        least = 0 if key == "lr_warmup_steps" else 1   # no warm-up: a run of one decay step
+        if isinstance(values[key], bool) or not isinstance(values[key], int) \
+                or values[key] < least:
+            raise CatalogError(f"{where}: field {key!r} must be an integer from {least}, "
                                f"got {values[key]!r}")
     if values["precision"] not in PRECISIONS:
         raise CatalogError(f"{where}: precision {values['precision']!r} is not one of "

@@ -12,7 +12,7 @@ from pathlib import Path
 from autoconfig.core.catalog import all_models, get_model, looks_like_path, model_from_yaml
 from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.heuristics import load_heuristics, sourced_number, sourced_table
-from autoconfig.core.model import ModelSpec, layer_params, total_params
+from autoconfig.core.model import ModelSpec, total_params
 from autoconfig.units import format_count, parse_count
 
 
@@ -102,12 +102,22 @@ def _candidates(template: ModelSpec, target: float, rule: ShapeRule
     Params are linear in layers, so each width costs one exact count."""
     found = []
     hidden = rule.hidden_granule
+    # An MoE template keeps its leading dense layers and at least one MoE layer;
+    # past them every layer adds the same parameters.
+    least = template.moe_first_dense_layers + 1 if template.is_moe else 1
     while True:
-        low = max(1, math.ceil(hidden / rule.aspect_max))
+        low = max(least, math.ceil(hidden / rule.aspect_max))
         high = math.floor(hidden / rule.aspect_min)
-        one = shape_with(template, hidden, 1, rule)
-        per_layer = layer_params(one)
-        fixed = total_params(one) - per_layer
+        try:
+            one, two = (shape_with(template, hidden, n, rule) for n in (least, least + 1))
+        except InputError:    # past what a model file may hold (hidden, ffn limits)
+            raise InfeasibleError(
+                f"the budget allows {format_count(target)} parameters, beyond the largest "
+                f"{template.family or template.name} shape the rule builds (hidden "
+                f"{hidden - rule.hidden_granule}): give fewer days or GPUs, more tokens, or "
+                "pick a catalog model with --size") from None
+        per_layer = total_params(two) - total_params(one)
+        fixed = total_params(one) - least * per_layer
         if fixed + low * per_layer > 2 * target:
             return found
         found += [(fixed + layers * per_layer, hidden, layers) for layers in range(low, high + 1)
