@@ -202,6 +202,11 @@ def test_an_expert_parallel_pin_keeps_the_layout_as_run(capsys, tmp_path) -> Non
     assert {p["ep"] for p in plans} == {1} and plans[0]["weights_gib"] > 40   # 47B at 1 byte
     code, _, err = run_cli(mixtral + ["--ep", "3", "-o", str(tmp_path / "bad")], capsys)
     assert code == 2 and "invalid --ep 3: must divide the 8 experts" in err
+    # An EP group is whole TP groups: EP 2 under TP 4 is named as such, not as heads.
+    code, _, err = run_cli(mixtral + ["--ep", "2", "--tp", "4", "-o", str(tmp_path / "tp")],
+                           capsys)
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "invalid --ep 2 with --tp 4: EP must be 1 or a multiple of TP" in err
     points = load_points(default_points_path())
     row = next(points[points["point_id"] == "J005"].itertuples())
     assert ask(row._replace(num_requests=800)).ep == 1

@@ -200,6 +200,11 @@ def _check_pins(model: ModelSpec, cluster: Cluster, pins: Pins, engine: Engine) 
         if ep > 1 and (model.num_experts % ep or gpus % ep):
             raise InputError(f"invalid --ep {ep}: must divide the {model.num_experts} experts "
                              f"of {model.name} and the cluster's {gpus} GPUs")
+    if pins.ep and pins.tp and not any(e == 1 or e % t == 0 for e in pins.ep for t in pins.tp):
+        # ep_choices: an expert-parallel group is made of whole TP groups.
+        raise InputError(f"invalid --ep {','.join(map(str, pins.ep))} with --tp "
+                         f"{','.join(map(str, pins.tp))}: EP must be 1 or a multiple of TP "
+                         "(an expert-parallel group is made of whole tensor-parallel groups)")
     for pp in pins.pp:
         if model.num_layers % pp:
             raise InputError(f"invalid --pp {pp}: must divide the {model.num_layers} layers "
