@@ -61,7 +61,15 @@ class InferProfileOptions:
 
 
 def check(options: InferProfileOptions) -> None:
-    """The up-front checks of training profiling (executor, device, worker imports)."""
+    """The up-front checks of training profiling (executor, device, worker imports);
+    the replay executor answers training jobs from a measurements file, which
+    serving jobs have no counterpart of."""
+    if options.executor == "replay":
+        from autoconfig.profiling import executors
+        allowed = ", ".join(n for n in executors.names() if n != "replay")
+        raise InputError("invalid --executor replay for infer --profile: it replays "
+                         "training measurements (search --profile --measurements); allowed "
+                         f"here: {allowed}")
     from autoconfig.profiling.sweep import check_worker
     check_worker(launch.LaunchOptions(executor=options.executor, device=options.device),
                  options.dry_run)
