@@ -290,6 +290,25 @@ def test_a_point_whose_number_cell_is_not_a_number_is_reported_not_read_as_blank
     assert "J158 (SI10): invalid decode_steps 'ten': not a number" in out
 
 
+@pytest.mark.parametrize("column, value, reason", [
+    ("input_len_tokens", -60, "invalid lengths -60 in / "),
+    ("batching", "weird", "invalid batching 'weird': allowed are static, continuous"),
+])
+def test_a_point_with_an_impossible_cell_is_reported(capsys, tmp_path, column, value,
+                                                      reason) -> None:
+    """Not clamped to one token, nor read as a static batch."""
+    points = pd.read_csv(default_points_path())
+    rows = points[points["point_id"].isin(("I001", "I003"))].copy()
+    rows[column] = rows[column].astype(object)
+    rows.loc[rows["point_id"] == "I001", column] = value
+    path = tmp_path / "points.csv"
+    rows.to_csv(path, index=False)
+    code, out, err = run_cli(["infer-validate", "--points", str(path)], capsys)
+    assert code == 0, err
+    assert "1 points asked, 1 could not be" in out
+    assert f"I001 (SI01): {reason}" in out
+
+
 # ---------------------------------------------------------------- the CLI
 
 

@@ -142,6 +142,11 @@ def ask(row) -> pd.Series:
     lengths = [_number(row, "input_len_tokens"), _number(row, "output_len_tokens")]
     if None in lengths:
         raise InputError("no mean input or output length published")
+    if min(lengths) <= 0:
+        raise InputError(f"invalid lengths {lengths[0]:g} in / {lengths[1]:g} out: must be "
+                         "positive token counts")
+    if str(row.batching) not in ("static", "continuous"):
+        raise InputError(f"invalid batching {row.batching!r}: allowed are static, continuous")
     workload = InferenceWorkload(max(1, round(lengths[0])), max(1, round(lengths[1])),
                                  str(row.precision),
                                  _number(row, "input_len_std_tokens") or 0.0,
