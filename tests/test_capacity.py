@@ -66,6 +66,17 @@ def test_a_cell_where_nothing_fits_keeps_the_reason():
     assert cells[0].status == "infeasible" and "would fit" in cells[0].reason
 
 
+def test_an_infeasible_cells_reason_stands_where_its_plan_would():
+    """capacity.md keeps text out of the number columns (GPU-hours)."""
+    from autoconfig.reports.capacity_report import markdown
+    model = get_model("gpt3", "175b")
+    cells = capacity_grid(model, Workload(1536, 2048), [get_gpu("a100-40gb")], [1], 300e9)
+    table = [line for line in markdown(cells, "t", []).splitlines() if "a100-40gb" in line]
+    fields = [f.strip() for f in table[0].strip("|").split("|")]
+    assert fields[3] == "infeasible" and fields[4].startswith("no plan fits")
+    assert fields[5:] == [""] * 6
+
+
 def test_bad_grids_are_input_errors():
     model = get_model("gpt3", "1.3b")
     with pytest.raises(InputError, match="invalid --nodes 0"):

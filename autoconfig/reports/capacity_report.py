@@ -50,8 +50,9 @@ def _shown(cells, costs) -> list[list]:
     rows = []
     for i, c in enumerate(cells):
         if c.status != "ok":
-            row = [c.gpu, c.nodes, c.gpus, c.status, "", "", "", "", "", "",
-                   c.reason.split(":")[0][:60]]
+            # The reason where the plan would be: no number column holds text.
+            row = [c.gpu, c.nodes, c.gpus, c.status, c.reason.split(":")[0][:60],
+                   "", "", "", "", "", ""]
             rows.append(row + ([""] * 4 if costs else []))
             continue
         row = [c.gpu, c.nodes, c.gpus, "ok", plan_label(c.plan), f"{c.step_time_s:.4g}",
