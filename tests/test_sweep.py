@@ -147,6 +147,8 @@ def test_resume_flag_needs_a_run_directory(tmp_path):
     ({"matrix": {"model": ["gpt3-1.3b"], "gpu": ["h100"], "nodes": [1]},
       "settings": [{"model": "gpt3-1.3b", "gpu": "h100", "nodes": 1}]}, "appears twice"),
     ([1, 2], "expected a mapping"),
+    ({"matrix": {"model": [{"modl": "gpt3", "size": "1.3b"}], "gpu": ["h100"], "nodes": [1]}},
+     "matrix: model: unknown key 'modl': allowed are model and size (a catalog model) or name,"),
 ])
 def test_bad_sweep_files_fail_with_one_line_naming_the_value(tmp_path, data, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")) as exc:

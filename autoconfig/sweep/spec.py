@@ -294,17 +294,22 @@ def _model_ref(value, where: str) -> ModelRef:
     """A name (``llama3-8b``), {model, size}, or an inline shape mapping; checked
     against the catalog now so a typo fails before anything runs."""
     from autoconfig.core.catalog import get_model, resolve_model
+    if isinstance(value, dict):
+        allowed = ("model", "size") if "model" in value else INLINE_KEYS
+        for key in value:
+            if key not in allowed:
+                raise InputError(f"{where}: model: unknown key {key!r}: allowed are model and "
+                                 f"size (a catalog model) or {', '.join(INLINE_KEYS)} (an "
+                                 "inline shape)")
     try:
         if isinstance(value, str):
             get_model(value)
             return ModelRef(model=value)
         if isinstance(value, dict) and "model" in value:
-            _unknown(value, ("model", "size"), f"{where}: model", "key")
             size = None if value.get("size") is None else str(value["size"])
             get_model(str(value["model"]), size)
             return ModelRef(model=str(value["model"]), size=size)
         if isinstance(value, dict):
-            _unknown(value, INLINE_KEYS, f"{where}: model", "inline-shape key")
             resolve_model(None, None, value.get("layers"), value.get("hidden"),
                           value.get("heads"), value.get("kv_heads"), value.get("ffn"),
                           value.get("vocab"), bool(value.get("swiglu")), value.get("seq_len"))
