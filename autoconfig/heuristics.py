@@ -12,7 +12,7 @@ from typing import Any
 
 from autoconfig.errors import CatalogError
 from autoconfig.paths import heuristics_dir
-from autoconfig.yamlio import load_yaml, sourced_field
+from autoconfig.yamlio import finite_number, load_yaml, sourced_field
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,12 @@ def load_heuristics(name: str) -> dict[str, Any]:
 
 
 def sourced_entry(data: dict[str, Any], key: str, where: str) -> Sourced:
-    """``key: {value, source}`` from ``data``; value may be a number or a string."""
+    """``key: {value, source}`` from ``data``; value may be a finite number or a string."""
     value, source = sourced_field(data, key, where)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise CatalogError(f"{where}: field {key!r} value {value!r} is not a number or name")
+    if not isinstance(value, str) and not finite_number(value):
+        raise CatalogError(f"{where}: field {key!r} value {value!r} is not a finite number")
     return Sourced(value=value, source=source)
 
 
@@ -69,7 +71,7 @@ def sourced_table(name: str, key: str, columns: tuple[str, ...]) -> tuple[tuple[
             raise CatalogError(f"{where}: row {index} of table {key!r} is not a mapping")
         for column in columns:
             value = row.get(column)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if not finite_number(value) or value <= 0:
                 raise CatalogError(f"{where}: row {index} of table {key!r} needs a positive "
                                    f"number {column!r}, got {value!r}")
         rows.append({column: float(row[column]) for column in columns})

@@ -1,6 +1,7 @@
 """Reading sourced YAML: every number either is ``{value, source}`` or is
 covered by a ``source:`` of the file (or of its section)."""
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,21 @@ def sourced_number(data: dict[str, Any], key: str, path: Path, *,
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CatalogError(f"{path}: field {key!r} value {value!r} is not a number")
+    if not finite_number(value):
+        raise CatalogError(f"{path}: field {key!r} value {value!r} is not a finite number")
     return value
+
+
+def finite_number(value: Any) -> bool:
+    """An int or float (not a bool) that a float holds finitely: YAML reads .nan
+    and .inf as floats, which pass every ``<= 0`` check, and an int past 1e308
+    overflows float()."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def require_source(data: dict[str, Any], path: Path) -> str:

@@ -38,6 +38,31 @@ def test_a_live_holder_is_refused_in_one_line(tmp_path):
         holder.wait()
 
 
+def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    """A full disk creates the lock file but fails its write: the empty file
+    would refuse the next run as "in use" though nothing holds the folder."""
+    import errno
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store.os, "fsync", full)
+        with pytest.raises(OSError, match="No space left"):
+            with store.lock(tmp_path / "run"):
+                pass
+    assert not (tmp_path / "run" / store.LOCK_FILE).exists()
+    with store.lock(tmp_path / "run") as path:     # space freed: the next run goes on
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
+def test_an_empty_lock_is_named_as_being_written(tmp_path):
+    (tmp_path / store.LOCK_FILE).write_text("")
+    with pytest.raises(BusyError, match="its lock is being written now"):
+        with store.lock(tmp_path):
+            pass
+
+
 def test_a_dead_holder_is_taken_over_and_released(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -82,3 +82,4 @@ def test_killed_profiled_sweep_resumes_without_rerunning_or_losing_records(tmp_p
     df = pd.read_csv(out / "sweep.csv")
     assert len(df) == 2 and df["measured_tokens_per_s_per_gpu"].notna().all()
     assert json.loads((out / "manifest.json").read_text())["resumed"]
+    assert not list(out.rglob("*.png"))                     # --no-plots, profiles included

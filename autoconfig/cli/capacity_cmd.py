@@ -1,20 +1,21 @@
 """``autoconfig capacity``: a capacity-planning report over GPU types and
 cluster sizes (CSV and markdown), one search per cell."""
 
+import math
 from pathlib import Path
 
 import click
 
 from autoconfig.atomic import write_atomic
 from autoconfig.base.hyperparams import default_global_batch_size
-from autoconfig.cli.options import (ListOrAuto, model_options, moe_shape_options, pop_layers,
-                                    pop_software, positive_int,
-                                    stack_options)
+from autoconfig.cli.options import (BATCH, NON_NEGATIVE, SEQ_LEN, ListOrAuto, Number,
+                                    model_options, moe_shape_options, pop_layers,
+                                    pop_software, positive_int, stack_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import PRECISIONS, Workload
-from autoconfig.errors import MAX_COUNT, InputError
+from autoconfig.errors import MAX_COUNT, InputError, shown
 from autoconfig.reports.capacity_report import CSV_NAME, MARKDOWN_NAME, capacity_table, markdown
 from autoconfig.units import format_count
 
@@ -23,6 +24,27 @@ _NodeList = ListOrAuto("N[,N...]", positive_int, f"positive node counts up to {M
                        allow_auto=False)
 _GpuList = ListOrAuto("N[,N...]", positive_int, f"positive GPU counts up to {MAX_COUNT}",
                       allow_auto=False)
+
+
+class _Prices(click.ParamType):
+    """--price GPU=USD,...: the text for ``training.cost.parse_prices`` (which
+    checks the form and the GPU names), once every USD figure that parses is
+    finite: float() takes nan and inf, and a NaN price printed as $nan and was
+    marked the cheapest cell."""
+
+    name = "GPU=USD[,...]"
+
+    def convert(self, value, param, ctx):
+        for item in str(value).split(","):
+            usd = item.partition("=")[2].strip()
+            try:
+                finite = math.isfinite(float(usd))
+            except ValueError:
+                continue   # not a number: parse_prices says what the form is
+            if not finite:
+                raise InputError(f"invalid --price {shown(item.strip())}: expected GPU=USD per "
+                                 "GPU-hour, a finite number >= 0 (e.g. h100=2.5), comma-separated")
+        return value
 
 
 @click.command()
@@ -37,20 +59,22 @@ _GpuList = ListOrAuto("N[,N...]", positive_int, f"positive GPU counts up to {MAX
 @click.option("--gpus-per-node", type=int, help="GPUs per node (default: each GPU's usual node).")
 @click.option("--tokens", default="chinchilla", show_default=True,
               help="Training tokens (e.g. 300b, 15t) or 'chinchilla' (~20 per parameter).")
-@click.option("--gbs", type=int, help="Global batch size in sequences (default: base heuristic).")
-@click.option("--seq-len", type=int, help="Sequence length (default: the model's).")
+@click.option("--gbs", type=BATCH,
+              help="Global batch size in sequences (default: base heuristic).")
+@click.option("--seq-len", type=SEQ_LEN, help="Sequence length (default: the model's).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
 @stack_options
-@click.option("--price", help="USD per GPU-hour by GPU type, e.g. h100=2.5,a100=1.5 (no "
-              "built-in prices; cells without one get no cost).")
-@click.option("--gpu-power-fraction", type=float,
+@click.option("--price", type=_Prices(),
+              help="USD per GPU-hour by GPU type, e.g. h100=2.5,a100=1.5 (no built-in prices; "
+                   "cells without one get no cost).")
+@click.option("--gpu-power-fraction", type=Number(0, 1.5, low_open=True),
               help="Average GPU board power as a fraction of TDP (default 1.0: TDP, as Meta's "
                    "model cards count; heuristics/energy.yaml).")
-@click.option("--node-overhead-w", type=float,
+@click.option("--node-overhead-w", type=NON_NEGATIVE,
               help="Non-GPU watts per node (default: system datasheet max power - GPUs x TDP).")
-@click.option("--pue", type=float, help="Facility power usage effectiveness (default 1.58, "
+@click.option("--pue", type=Number(1), help="Facility power usage effectiveness (default 1.58, "
               "Uptime Institute 2023 average).")
-@click.option("--grid-kg-per-kwh", type=float,
+@click.option("--grid-kg-per-kwh", type=NON_NEGATIVE,
               help="Grid carbon intensity in kg CO2 per kWh (no default: no CO2 without it).")
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),

@@ -11,8 +11,9 @@ import click
 from tabulate import tabulate
 
 from autoconfig.training.fp8 import check_fp8_recipe
-from autoconfig.cli.options import (Count, architecture_options, model_options,
-                                    moe_shape_options, pop_layers, pop_software, stack_options)
+from autoconfig.cli.options import (BATCH, POSITIVE, SEQ_LEN, Count, architecture_options,
+                                    model_options, moe_shape_options, pop_layers, pop_software,
+                                    stack_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model, with_architecture, with_layers, with_network
 from autoconfig.core.hardware import cluster_from_gpus
@@ -92,8 +93,8 @@ def _samples_per_s(result: dict) -> float:
 @click.option("--etp", type=Count(1), default=None,
               help="MoE: expert tensor-parallel size (default: tp, as Megatron).")
 @click.option("--mbs", type=int, default=1, show_default=True, help="Micro-batch size.")
-@click.option("--gbs", type=int, required=True, help="Global batch size in sequences.")
-@click.option("--seq-len", type=int, help="Sequence length (default: the model's).")
+@click.option("--gbs", type=BATCH, required=True, help="Global batch size in sequences.")
+@click.option("--seq-len", type=SEQ_LEN, help="Sequence length (default: the model's).")
 @click.option("--recompute", type=click.Choice(RECOMPUTE_KINDS), default="none",
               show_default=True, help="Activation recompute granularity.")
 @click.option("--recompute-modules", default="",
@@ -117,7 +118,7 @@ def _samples_per_s(result: dict) -> float:
 @click.option("--memory-recipe", type=click.Choice(("bf16", "fp16", "fp32", "bf16_fp32_accum")),
               default=None, help="Bytes-per-parameter recipe of heuristics/memory.yaml "
               "(default bf16; fp16 for fp16 mixed precision).")
-@click.option("--internode-gb-per-s", type=float, default=None,
+@click.option("--internode-gb-per-s", type=POSITIVE, default=None,
               help="Scale-out bandwidth per GPU, one direction, GB/s (default: the GPU "
                    "catalog's DGX/HGX figure).")
 @architecture_options

@@ -25,10 +25,10 @@ def report(results_dir: str, objective: str | None) -> None:
         raise InputError(f"invalid results directory {results_dir!r}: expected the folder a "
                          f"--profile run wrote ({store.RESULTS_FILE}, or {store.PLANS_FILE} with "
                          f"{store.META_FILE}), e.g. OUT/{store.PROFILE_SUBDIR}")
-    warning = store.check_store(path)
-    if warning:
-        click.echo(warning, err=True)
+    warnings = [w for w in (store.check_store(path), store.check_meta(path)) if w]
     csv_path, md_path, _ = write_report(path, objective)
+    for warning in warnings:   # after: a corrupt plans.csv stays a one-line error
+        click.echo(warning, err=True)
     click.echo(md_path.read_text())
     click.echo(f"wrote {md_path} and {csv_path}")
 

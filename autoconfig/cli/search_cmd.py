@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from autoconfig.cli.options import (model_options, moe_shape_options, narrowing_options,
-                                    pop_layers, pop_software, stack_options)
+from autoconfig.cli.options import (BATCH, SEQ_LEN, model_options, moe_shape_options,
+                                    narrowing_options, pop_layers, pop_software, stack_options)
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.plan import PRECISIONS
 from autoconfig.training.fp8 import precision_label
@@ -60,8 +60,9 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
 @click.option("--nodes", type=int, help="Number of nodes.")
 @click.option("--gpus", type=int, help="Total GPUs instead of --nodes (a whole number of nodes).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (default: the GPU's usual node).")
-@click.option("--gbs", type=int, help="Global batch size in sequences (default: base heuristic).")
-@click.option("--seq-len", type=int, help="Sequence length (default: the model's).")
+@click.option("--gbs", type=BATCH,
+              help="Global batch size in sequences (default: base heuristic).")
+@click.option("--seq-len", type=SEQ_LEN, help="Sequence length (default: the model's).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None,
               help="bf16 (default) or fp8 (GPUs with FP8 only).")
 @narrowing_options
@@ -127,7 +128,7 @@ def search(**options) -> None:
     if profiling.profile:  # a Plan per candidate costs seconds on a 200,000-plan MoE grid
         results_dir = run_profiling(ranked_from_search(result), result.model, result.workload,
                                     result.cluster, profiling, inputs.output_dir,
-                                    software=result.software, stack=result.stack)
+                                    software=result.software, stack=result.stack, plots=plots)
         if results_dir is not None:
             _launch_measured_winner(result, results_dir, profiling, inputs.output_dir,
                                     launch_kw)

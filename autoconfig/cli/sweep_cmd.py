@@ -54,7 +54,7 @@ def sweep(sweep_file, output_dir, resume_dir, retry, calibration, no_plots) -> N
             # a file that cannot apply is one line before anything runs
             constants_for(calibration, read_calibration(calibration).gpu)
         records = run_sweep(spec, out, Path(sweep_file), progress=bar, retry=retry,
-                            calibration=calibration)
+                            calibration=calibration, plots=not no_plots)
     files = write_summary(out, records, spec.name, spec.tokens, plots=not no_plots)
     ok = sum(r["status"] == "ok" for r in records)
     click.echo(files["markdown"].read_text())
@@ -83,12 +83,12 @@ def compare(old, new, threshold, either_way, markdown_file) -> None:
     threshold."""
     from autoconfig.atomic import write_atomic
     from autoconfig.errors import InputError
-    from autoconfig.sweep.compare import compare_runs, render_markdown
-    from autoconfig.sweep.summary import load_run
+    from autoconfig.sweep.compare import compare_runs, load_compared_run, render_markdown
 
     if not (math.isfinite(threshold) and threshold >= 0):   # inf or nan would pass anything
         raise InputError(f"invalid --threshold {threshold:g}: must be a finite percent >= 0")
-    result = compare_runs(load_run(Path(old)), load_run(Path(new)), threshold, either_way)
+    result = compare_runs(load_compared_run(Path(old)), load_compared_run(Path(new)), threshold,
+                          either_way)
     text = render_markdown(result, old, new)
     if markdown_file:
         path = Path(markdown_file)

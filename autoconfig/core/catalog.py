@@ -19,6 +19,8 @@ from autoconfig.yamlio import load_yaml, require_source, sourced_field, sourced_
 _GPU_NUMBERS = ("peak_bf16_tflops", "hbm_capacity_gb", "hbm_bandwidth_gb_per_s",
                 "nvlink_bandwidth_gb_per_s", "gpus_per_node", "nvlink_domain_gpus",
                 "internode_bandwidth_gb_per_s")
+_GPU_COUNTS = ("gpus_per_node", "nvlink_domain_gpus", "sm_count")
+"""GPU fields that count things: whole numbers (int() cut 3.5 GPUs per node to 3)."""
 _MODEL_INTS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
                "ffn_hidden_size", "vocab_size", "seq_len")
 _MODEL_OPTIONAL_INTS = ("kv_channels", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -34,11 +36,10 @@ def gpu_from_yaml(path: Path) -> GPU:
     """Parse and validate one GPU file; every number needs its source."""
     data = load_yaml(path)
     name = data.get("name") or path.stem
-    numbers = {key: sourced_number(data, key, path) for key in _GPU_NUMBERS}
+    numbers = {key: _positive(key, sourced_number(data, key, path), path)
+               for key in (*_GPU_NUMBERS, "sm_count")}
     fp8 = sourced_number(data, "peak_fp8_tflops", path, optional=True)
-    for key, value in numbers.items():
-        if value <= 0:
-            raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
+    fp8 = fp8 if fp8 is None else _positive("peak_fp8_tflops", fp8, path)
     return GPU(
         name=str(name), display_name=str(data.get("display_name", name)),
         peak_bf16_tflops=float(numbers["peak_bf16_tflops"]), peak_fp8_tflops=fp8,
@@ -50,7 +51,7 @@ def gpu_from_yaml(path: Path) -> GPU:
         internode_bandwidth_gb_per_s=float(numbers["internode_bandwidth_gb_per_s"]),
         aliases=tuple(str(a) for a in data.get("aliases", ())),
         generation=_generation(data, path),
-        sm_count=int(sourced_number(data, "sm_count", path)),
+        sm_count=int(numbers["sm_count"]),
         tdp_w=_optional_positive(data, "tdp_w", path),
         node_power_w=_optional_positive(data, "node_power_w", path),
         peak_fp16_vector_tflops=_optional_positive(data, "peak_fp16_vector_tflops", path),
@@ -69,11 +70,19 @@ def _generation(data: dict, path: Path) -> str:
     return str(value)
 
 
+def _positive(key: str, value: float, path: Path) -> float:
+    """A GPU field's value when positive, and whole for a count (``sourced_number``
+    has refused NaN and infinities); else CatalogError naming file, field, value."""
+    if key in _GPU_COUNTS and (value <= 0 or value != int(value)):
+        raise CatalogError(f"{path}: field {key!r} must be a positive whole number, got {value}")
+    if value <= 0:
+        raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
+    return value
+
+
 def _optional_positive(data: dict, key: str, path: Path) -> float | None:
     value = sourced_number(data, key, path, optional=True)
-    if value is not None and value <= 0:
-        raise CatalogError(f"{path}: field {key!r} must be positive, got {value}")
-    return None if value is None else float(value)
+    return None if value is None else float(_positive(key, value, path))
 
 
 def model_from_yaml(path: Path) -> ModelSpec:
@@ -133,18 +142,26 @@ def _with_stack_layers(data: dict, where: str) -> dict:
 def _spec_from_mapping(data: dict, default_name: str, where: str, values: dict) -> ModelSpec:
     return ModelSpec(
         attention_kind=str(data.get("attention_kind", "gqa")),
-        qk_norm=bool(data.get("qk_norm", False)),
-        attention_sinks=bool(data.get("attention_sinks", False)),
+        qk_norm=_flag(data, "qk_norm", False, where),
+        attention_sinks=_flag(data, "attention_sinks", False, where),
         name=str(data.get("name", default_name)), **values,
         mlp_kind=str(data.get("mlp_kind", "gelu")),
         norm_kind=str(data.get("norm_kind", "layernorm")),
         position_embedding=str(data.get("position_embedding", "learned")),
-        tied_embeddings=bool(data.get("tied_embeddings", True)),
-        has_bias=bool(data.get("has_bias", True)),
+        tied_embeddings=_flag(data, "tied_embeddings", True, where),
+        has_bias=_flag(data, "has_bias", True, where),
         hidden_dropout=_probability(data, "hidden_dropout", where),
         attention_dropout=_probability(data, "attention_dropout", where),
         published_batch_tokens=data.get("published_batch_tokens"),
         family=str(data.get("family", "")), size_label=str(data.get("size", "")))
+
+
+def _flag(data: dict, key: str, default: bool, where: str) -> bool:
+    """A true/false field (``default`` when absent): bool() read 'maybe' as true."""
+    raw = data.get(key, default)
+    if not isinstance(raw, bool):
+        raise CatalogError(f"{where}: field {key!r} must be true or false, got {shown(raw)}")
+    return raw
 
 
 DEFAULT_DROPOUT = 0.1

@@ -36,8 +36,8 @@ from autoconfig.errors import InputError
 from autoconfig.profiling import store
 from autoconfig.training.stack import SoftwareFeatures, load_stack
 from autoconfig.training.step_time import PerfConstants, load_constants
-from autoconfig.validation.calibration import (BOUNDS, FREE, bounded_fit, get_value, informed,
-                                               with_values)
+from autoconfig.validation.calibration import (BOUNDS, FREE, bounded_fit, file_fields, get_value,
+                                               informed, with_values)
 from autoconfig.validation.crossval_store import model_fingerprint
 from autoconfig.validation.runs import Run
 from autoconfig.validation.scoring import evaluate_rows
@@ -88,6 +88,11 @@ def measured_runs(results_dirs) -> list[Run]:
         if not (folder / store.RESULTS_FILE).is_file():
             raise InputError(f"invalid results folder {folder}: no {store.RESULTS_FILE} there "
                              "(give the profile folder of a --profile run)")
+        damaged = store.meta_problem(folder)
+        if damaged:   # say so, not "does not describe the setting (KeyError: 'model')"
+            raise InputError(f"invalid results folder {folder}: {folder / store.META_FILE} is "
+                             f"{damaged}; it describes the profiled setting, so profile again "
+                             "(or restore the file)")
         meta = store.load_meta(folder)
         model, workload, cluster, software, stack = _setting(meta, folder)
         for record in store.latest_records(folder):
@@ -206,16 +211,10 @@ def read_calibration(path: Path) -> Calibration:
         data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
         if not isinstance(data, dict) or data.get("kind") != KIND:
             raise ValueError(f"not a {KIND} file")
-        values = {tuple(c["key"]): float(c["value"]) for c in data["constants"]}
-        defaults = {tuple(c["key"]): float(c["shipped"]) for c in data["constants"]}
-        residuals = data.get("residuals_pct") or {}
-        return Calibration(values=values, defaults=defaults, gpu=str(data["gpu"]),
-                           device=str(data["device"]), records=tuple(data.get("records") or ()),
-                           before_pct=float(residuals.get("before", "nan")),
-                           after_pct=float(residuals.get("after", "nan")),
-                           fingerprint=str(data["model_fingerprint"]))
+        # every field checked, each constant a fitted one within the fit's bounds
+        return Calibration(**file_fields(data, FREE + EXTRA_FREE, _ALL_BOUNDS))
     except (yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"invalid calibration file {path}: {str(exc).splitlines()[0][:100]} "
+        raise InputError(f"invalid calibration file {path}: {str(exc).splitlines()[0]} "
                          "(write one with `autoconfig calibrate`)") from None
 
 

@@ -114,7 +114,9 @@ def _row(plan: Plan, result: dict, pred: dict) -> dict:
     return row
 
 
-def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
+def render_markdown(table: pd.DataFrame, meta: dict, objective: str,
+                    results_file: Path | str = store.RESULTS_FILE) -> str:
+    """The report; ``results_file`` is named when no job result is in it."""
     lines = ["# Profiling report", ""]
     model = meta.get("model")   # a damaged meta.json may hold anything here
     what = meta.get("model_name") or (model.get("name", "?") if isinstance(model, dict)
@@ -172,9 +174,10 @@ def render_markdown(table: pd.DataFrame, meta: dict, objective: str) -> str:
                   ", ".join(pending["plan"]) + ".", ""]
     if not len(ok):
         lines += ["## No plan ran successfully", ""]
-        if table.empty:
-            lines.append("No profiling job has reported yet: check that jobs were submitted "
-                         "(the jobs/ folder holds their logs) and re-run with --resume DIR.")
+        if ran.empty:   # only plans not run yet: none failed, none reported
+            lines.append(f"No profiling job has reported yet: no job results were found in "
+                         f"{results_file}. Check that jobs were submitted (the jobs/ folder "
+                         "holds their logs) and re-run with --resume DIR.")
         else:
             lines.append(f"Every one of the {len(failed)} profiling jobs failed. What to change:")
             for status in sorted(set(failed["status"])):
@@ -228,7 +231,7 @@ def write_report(out_dir: Path, objective: str | None = None,
         from autoconfig.reports.plots import profile_plots, safe_plots
         drawn = safe_plots(profile_plots, table, out_dir)
     from autoconfig.profiling.rounds import load_rounds
-    md_path.write_text(render_markdown(table, meta, objective)
+    md_path.write_text(render_markdown(table, meta, objective, out_dir / store.RESULTS_FILE)
                        + render_rounds(load_rounds(out_dir))
                        + "".join(f"\n![{p.stem}]({p.name})\n" for p in drawn))
     return csv_path, md_path, table

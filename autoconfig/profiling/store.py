@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from autoconfig.atomic import write_atomic
-from autoconfig.errors import BusyError
+from autoconfig.errors import BusyError, InputError
 from autoconfig.core.plan import PLAN_FIELDS, Plan
 
 PLANS_FILE = "plans.csv"
@@ -199,6 +199,14 @@ def check_store(out_dir: Path) -> str:
             f"counted (line {first[0]}: {first[2]}); {kept}")
 
 
+def check_meta(out_dir: Path) -> str:
+    """A one-line warning when meta.json cannot describe the sweep ('' when it can):
+    the report goes on without model, device and executor, as with unusable lines."""
+    why = meta_problem(out_dir)
+    return (f"warning: {Path(out_dir) / META_FILE} is {why}: the report shows model, device "
+            "and executor as '?'" if why else "")
+
+
 def latest_records(out_dir: Path) -> list[dict]:
     """The latest record of each plan, in the order plans first appeared."""
     latest: dict[tuple, dict] = {}
@@ -216,11 +224,47 @@ def load_results(out_dir: Path) -> pd.DataFrame:
 
 
 def load_plans(out_dir: Path) -> pd.DataFrame:
+    """The candidate table (empty with plan columns if there is none). A file
+    pandas cannot parse is an InputError naming it: its predictions cannot be
+    guessed, and a report or resume without them would mislead."""
     path = Path(out_dir) / PLANS_FILE
-    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=list(PLAN_FIELDS))
+    if not path.exists():
+        return pd.DataFrame(columns=list(PLAN_FIELDS))
+    try:
+        return pd.read_csv(path)
+    except ValueError as exc:   # EmptyDataError, ParserError, UnicodeDecodeError
+        raise InputError(f"{path}: corrupt plan table ({_csv_problem(exc)}); run the "
+                         "--profile search again into a new folder (-o) to rebuild it") from None
+
+
+def _csv_problem(exc: ValueError) -> str:
+    """Why pandas could not read a CSV file, in a few words."""
+    if isinstance(exc, pd.errors.EmptyDataError):
+        return "empty"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text at byte {exc.start}"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"not CSV: {lines[-1][:80]}" if lines else "not CSV"
+
+
+def meta_problem(out_dir: Path) -> str:
+    """Why the store's meta.json cannot describe the sweep ('' when it can)."""
+    path = Path(out_dir) / META_FILE
+    if not path.exists():
+        return "missing"
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:   # a folder or unreadable file named meta.json
+        return f"unreadable ({exc.strerror})"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON ({exc})"
+    return "" if isinstance(data, dict) else "not a JSON object"
 
 
 def load_meta(out_dir: Path) -> dict:
+    """meta.json, or {} when it is missing or damaged (``meta_problem`` says why)."""
     path = Path(out_dir) / META_FILE
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
@@ -302,17 +346,26 @@ def _acquire(path: Path) -> None:
                 time.sleep(0.5)
                 holder = _read_lock(path)
             if _alive(holder) or (not holder and _age_s(path) < 10):
+                who = (f"pid {holder.get('pid')} on {holder.get('host')} since "
+                       f"{holder.get('started_at')}" if holder else
+                       "its lock is being written now")
                 raise BusyError(
-                    f"results directory {path.parent} is in use by another sweep (pid "
-                    f"{holder.get('pid')} on {holder.get('host')} since {holder.get('started_at')}); "
+                    f"results directory {path.parent} is in use by another sweep ({who}); "
                     f"wait for it, use another output directory, or delete {path} if that sweep "
                     "is gone") from None
             _take_over(path, holder)
             continue
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(mine))
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(mine))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            # A full disk fails the write: an empty lock left behind would refuse
+            # the next run as "in use" though nothing holds the folder.
+            with suppress(OSError):
+                path.unlink()
+            raise
         return
     raise BusyError(f"results directory {path.parent}: could not take its lock {path}; "
                     "another sweep keeps taking it")

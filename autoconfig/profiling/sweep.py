@@ -138,14 +138,15 @@ def ranked_from_search(result) -> list[RankedPlan]:
 
 
 def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, options: ProfileOptions,
-                  out_dir: Path, echo=click.echo, software=None, stack: str | None = None
-                  ) -> Path | None:
+                  out_dir: Path, echo=click.echo, software=None, stack: str | None = None,
+                  plots: bool = True) -> Path | None:
     """Select, launch, store and report. Returns the results directory (None on
     --dry-run). The caller has run ``check_options`` (before its search); bad
     input raises before anything is written. Raises ProfilingError when no
     profiled plan succeeded. ``software`` (the search's SoftwareFeatures;
     default: megatron-core's own defaults) says how MoE layers run: its token
-    dispatcher and grouped GEMM (the worker records what actually ran)."""
+    dispatcher and grouped GEMM (the worker records what actually ran). ``plots``:
+    False (--no-plots) writes no PNG and never loads matplotlib."""
     if not options.profile:
         return None
     ranked = list(ranked)
@@ -157,9 +158,7 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
     specs = [_spec(model, workload, plan, options, software,
                    cluster.nvlink_domain_gpus) for plan in selected]
     results_dir = Path(options.resume) if options.resume else Path(out_dir) / PROFILE_SUBDIR
-    if options.resume and not (results_dir / store.PLANS_FILE).exists():
-        raise InputError(f"invalid --resume {options.resume}: no {store.PLANS_FILE} there "
-                         "(give the results directory of an earlier --profile run)")
+    check_resume(options)
     items = _job_items(specs)
     if options.dry_run:
         executor = executors.create(lopts)
@@ -192,7 +191,8 @@ def run_profiling(ranked: Sequence[RankedPlan], model, workload, cluster, option
                                   results_dir, meta, echo)
         else:
             launch.launch(todo, lopts, results_dir, on_submitted=submitted)
-        csv_path, md_path, report = write_report(results_dir, options.profile_objective)
+        csv_path, md_path, report = write_report(results_dir, options.profile_objective,
+                                                 plots=plots)
     echo(md_path.read_text())
     echo(f"profiling results: {results_dir} (report: {md_path.name}, {csv_path.name}; "
          f"rebuild with `autoconfig report {results_dir}`)")
@@ -268,6 +268,14 @@ def check_options(options: ProfileOptions) -> None:
     can import what the profiling worker needs (found without importing it,
     so the CLI stays light). Flag values are checked when the options are built."""
     check_worker(options.launch, options.dry_run)
+    check_resume(options)
+
+
+def check_resume(options: ProfileOptions) -> None:
+    """--resume names the results folder of an earlier --profile run."""
+    if options.resume and not (Path(options.resume) / store.PLANS_FILE).exists():
+        raise InputError(f"invalid --resume {options.resume}: no {store.PLANS_FILE} there "
+                         "(give the results directory of an earlier --profile run)")
 
 
 def check_worker(launch_options: launch.LaunchOptions, dry_run: bool) -> None:

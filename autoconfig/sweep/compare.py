@@ -8,9 +8,13 @@ was ``ok`` and no longer is. With ``either_way`` a move beyond the threshold in
 either direction counts (for pinning predictions to a committed baseline).
 """
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from tabulate import tabulate
+
+from autoconfig.errors import InputError, shown
 
 DEFAULT_THRESHOLD_PCT = 5.0
 
@@ -52,6 +56,85 @@ class Comparison:
 
     def count(self, kind: str) -> int:
         return sum(c.kind == kind for c in self.changes)
+
+
+def load_compared_run(run_dir: Path) -> dict[str, dict]:
+    """key -> record of a run directory, as ``summary.load_run`` reads it, but strict:
+    a settings/*.json file that is not a readable record, or a record whose compared
+    fields have the wrong type, is an InputError naming the file. Skipping it would
+    count the setting as "only in old" and hide a regression."""
+    from autoconfig.sweep.run import SETTINGS_DIR
+    from autoconfig.sweep.summary import JSON_NAME, load_run
+
+    run_dir = Path(run_dir)
+    paths = sorted((run_dir / SETTINGS_DIR).glob("*.json"))
+    if not paths:   # only sweep.json (or nothing: load_run says so in one line)
+        records = load_run(run_dir)
+        for key, record in records.items():
+            problem = record_problem(record)
+            if problem:
+                raise _corrupt(run_dir / JSON_NAME, f"setting {key!r}: {problem}")
+        return records
+    records = {}
+    for path in paths:
+        record = _read_record(path)
+        records[record["key"]] = record
+    return records
+
+
+def _read_record(path: Path) -> dict:
+    """One settings/*.json record; InputError naming the file when it is not one."""
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _corrupt(path, "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:   # truncated or garbage
+        raise _corrupt(path, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _corrupt(path, "JSON nested too deep") from None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise _corrupt(path, "not an object with a 'key' string")
+    problem = record_problem(record)
+    if problem:
+        raise _corrupt(path, problem)
+    return record
+
+
+def _corrupt(path: Path, problem: str) -> InputError:
+    return InputError(f"{path}: corrupt setting record ({problem}); move it aside and run "
+                      "the sweep again with --resume to rewrite it")
+
+
+def record_problem(record: dict) -> str:
+    """Which compared field of a record has the wrong type ('' when none)."""
+    if not isinstance(record.get("status"), str):
+        return f"field 'status' {_shown(record.get('status'))} is not a string"
+    best, measured = record.get("best"), record.get("measured")
+    if best is not None and not isinstance(best, dict):
+        return f"field 'best' {_shown(best)} is not an object"
+    if measured is not None and not isinstance(measured, dict):
+        return f"field 'measured' {_shown(measured)} is not an object"
+    if best:
+        if not isinstance(best.get("predicted"), dict):
+            return f"field 'best.predicted' {_shown(best.get('predicted'))} is not an object"
+        if not _number_or_none(best["predicted"].get("tokens_per_s_per_gpu")):
+            return (f"field 'best.predicted.tokens_per_s_per_gpu' "
+                    f"{_shown(best['predicted'].get('tokens_per_s_per_gpu'))} is not a number")
+        if not isinstance(best.get("label"), (str, type(None))):
+            return f"field 'best.label' {_shown(best.get('label'))} is not a string"
+    if measured and not _number_or_none(measured.get("tokens_per_s_per_gpu")):
+        return (f"field 'measured.tokens_per_s_per_gpu' "
+                f"{_shown(measured.get('tokens_per_s_per_gpu'))} is not a number")
+    return ""
+
+
+def _number_or_none(value) -> bool:
+    # type only: the sweep writes its own figures, a non-finite one compares as unchanged
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _shown(value) -> str:
+    return shown(value) if isinstance(value, str) else shown(json.dumps(value))
 
 
 def compare_runs(old: dict[str, dict], new: dict[str, dict],

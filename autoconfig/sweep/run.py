@@ -60,7 +60,8 @@ FAILED_SETTINGS = ("profile_failed", "error")
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
-              progress=None, echo=None, retry=(), calibration=None) -> list[dict]:
+              progress=None, echo=None, retry=(), calibration=None,
+              plots: bool = True) -> list[dict]:
     """Run every setting without a final record, and those whose record has a
     status ``retry`` names (``failed``: ``FAILED_SETTINGS``; a profiled setting run again also
     runs its failed plans again); return all records in the sweep's order.
@@ -84,7 +85,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
             if record is None or record.get("status") in again:
                 record = run_setting(setting, spec, out_dir,
                                      retry_plans=("failed",) if record is not None else (),
-                                     calibration=calibration)
+                                     calibration=calibration, plots=plots)
                 if record.get("busy"):
                     # Another sweep holds the setting's folder: not an outcome of the
                     # setting, so no record; the next run tries it again.
@@ -100,7 +101,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, sweep_file: Path | None = None, *,
 
 
 def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=(),
-                calibration=None) -> dict:
+                calibration=None, plots: bool = True) -> dict:
     """Search one setting (and profile it in profile mode, running plans whose
     final status ``retry_plans`` names again); never raises."""
     started = time.time()
@@ -112,7 +113,7 @@ def run_setting(setting: Setting, spec: SweepSpec, out_dir: Path, retry_plans=()
             record["calibration"] = str(calibration)
         record.update(_predicted(result), status="ok")
         if setting.mode == "profile":
-            record.update(_profile(setting, spec, result, out_dir, retry_plans))
+            record.update(_profile(setting, spec, result, out_dir, retry_plans, plots))
     except BusyError as exc:
         record.update(status="error", reason=str(exc), busy=True)
     except AutoconfigError as exc:
@@ -180,7 +181,8 @@ def _predicted(result) -> dict:
             "runner_up": _row_summary(result, 1) if result.feasible > 1 else None}
 
 
-def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path, retry_plans=()) -> dict:
+def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path, retry_plans=(),
+             plots: bool = True) -> dict:
     """Profile the setting's top plans; the measured best (or why none ran)."""
     from autoconfig.profiling.report import build_table
     from autoconfig.errors import ProfilingError
@@ -195,7 +197,8 @@ def _profile(setting: Setting, spec: SweepSpec, result, out_dir: Path, retry_pla
         results_dir = run_profiling(ranked_from_search(result), result.model, result.workload,
                                     result.cluster, options, where,
                                     echo=lambda text="", err=False: lines.append(str(text)),
-                                    software=result.software, stack=result.stack)
+                                    software=result.software, stack=result.stack,
+                                    plots=plots)
     except ProfilingError:   # no plan ran ok: the table below says why
         results_dir = where / PROFILE_SUBDIR
     table = build_table(results_dir, options.profile_objective)

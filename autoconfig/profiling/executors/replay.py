@@ -62,6 +62,13 @@ class ReplayExecutor(Executor):
         super().__init__(options)
         self._rows: list[dict] | None = None
 
+    @classmethod
+    def check_environment(cls, options) -> None:
+        """The measurements table is read before the search: a missing or malformed
+        file is one line, not a failure after the launch files are written."""
+        backend = options.backend or ReplayOptions()
+        load_measurements(backend.measurements)
+
     def capacity(self) -> int:
         return 2 ** 31   # nothing runs: any plan the table measured can be answered
 
