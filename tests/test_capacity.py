@@ -116,3 +116,27 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
     assert proc.returncode == 2
     assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_a_grid_where_nothing_trains_writes_the_report_and_fails(tmp_path):
+    """A nightly capacity job must see it; the report still says why per cell."""
+    out = tmp_path / "cap"
+    proc = subprocess.run([sys.executable, "-m", "autoconfig", "capacity", "--model", "gpt3",
+                           "--size", "175b", "--gpu", "a100-40gb", "--gpus", "8", "--no-plots",
+                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: no cell of the grid can train the model (reasons in capacity.md): give more "
+        "nodes, another GPU, or a smaller model"]
+    assert "no plan fits" in (out / "capacity.md").read_text()
+
+
+@pytest.mark.parametrize("gpus", ["", "h100,,a100-80gb", " , "])
+def test_an_empty_gpu_in_the_list_is_one_line(tmp_path, gpus):
+    proc = subprocess.run([sys.executable, "-m", "autoconfig", "capacity", "--model", "tiny",
+                           "--gpu", gpus, "--gpus", "8", "--no-plots", "-o", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: invalid --gpu {gpus!r}: expected GPU types separated by commas, e.g. "
+        "a100-80gb,h100 (see `autoconfig catalog`)"]

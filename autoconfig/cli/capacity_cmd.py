@@ -2,6 +2,7 @@
 cluster sizes (CSV and markdown), one search per cell."""
 
 import math
+import sys
 from pathlib import Path
 
 import click
@@ -24,6 +25,9 @@ _NodeList = ListOrAuto("N[,N...]", positive_int, f"positive node counts up to {M
                        allow_auto=False)
 _GpuList = ListOrAuto("N[,N...]", positive_int, f"positive GPU counts up to {MAX_COUNT}",
                       allow_auto=False)
+
+EXIT_NOTHING_FEASIBLE = 1
+"""Exit status when no cell of the grid trains the model (the report is written)."""
 
 
 class _Prices(click.ParamType):
@@ -103,7 +107,11 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
         raise InputError("no model: give --model (and --size) or an inline shape "
                          "(--layers --hidden --heads --vocab)")
     spec = catalog.with_layers(spec, **layer_fields)
-    gpu_specs = [catalog.get_gpu(name) for name in gpu_types.split(",") if name.strip()]
+    names = [name.strip() for name in gpu_types.split(",")]
+    if not all(names):
+        raise InputError(f"invalid --gpu {gpu_types!r}: expected GPU types separated by "
+                         "commas, e.g. a100-80gb,h100 (see `autoconfig catalog`)")
+    gpu_specs = [catalog.get_gpu(name) for name in names]
     node_counts = _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node)
     for gpu_spec in gpu_specs:  # a cluster beyond the bound is an error, not an infeasible cell
         for nodes in node_counts:
@@ -144,6 +152,12 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
     md_path = write_atomic(out / MARKDOWN_NAME, text)
     click.echo(text)
     click.echo("wrote:\n" + "\n".join(f"  {p}" for p in [csv_path, md_path, *plots]))
+    if not any(c.status == "ok" for c in cells):
+        # A report that trains nothing is written, but a nightly job must see it fail.
+        click.echo("error: no cell of the grid can train the model (reasons in "
+                   f"{md_path.name}): give more nodes, another GPU, or a smaller model",
+                   err=True)
+        sys.exit(EXIT_NOTHING_FEASIBLE)
 
 
 def _prices_note(prices: dict[str, float]) -> str:
