@@ -48,9 +48,10 @@ def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch)
 
     with monkeypatch.context() as patch:
         patch.setattr(store.os, "fsync", full)
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(OSError, match="No space left") as caught:
             with store.lock(tmp_path / "run"):
                 pass
+    assert caught.value.filename == str(tmp_path / "run" / store.LOCK_FILE)
     assert not (tmp_path / "run" / store.LOCK_FILE).exists()
     with store.lock(tmp_path / "run") as path:     # space freed: the next run goes on
         assert json.loads(path.read_text())["pid"] == os.getpid()

@@ -360,11 +360,13 @@ def _acquire(path: Path) -> None:
                 handle.write(json.dumps(mine))
                 handle.flush()
                 os.fsync(handle.fileno())
-        except BaseException:
+        except BaseException as exc:
             # A full disk fails the write: an empty lock left behind would refuse
             # the next run as "in use" though nothing holds the folder.
             with suppress(OSError):
                 path.unlink()
+            if isinstance(exc, OSError) and exc.filename is None:   # name the file meant
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
             raise
         return
     raise BusyError(f"results directory {path.parent}: could not take its lock {path}; "
