@@ -36,8 +36,9 @@ from autoconfig.errors import InputError
 from autoconfig.profiling import store
 from autoconfig.training.stack import SoftwareFeatures, load_stack
 from autoconfig.training.step_time import PerfConstants, load_constants
-from autoconfig.validation.calibration import (BOUNDS, FREE, bounded_fit, file_fields, get_value,
-                                               informed, with_values)
+from autoconfig.profiling.calibration_file import file_fields
+from autoconfig.validation.calibration import (BOUNDS, FREE, bounded_fit, get_value, informed,
+                                               with_values)
 from autoconfig.validation.crossval_store import model_fingerprint
 from autoconfig.validation.runs import Run
 from autoconfig.validation.scoring import evaluate_rows
