@@ -1,7 +1,6 @@
 """``autoconfig capacity``: a capacity-planning report over GPU types and
 cluster sizes (CSV and markdown), one search per cell."""
 
-import math
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import PRECISIONS, Workload
-from autoconfig.errors import MAX_COUNT, InputError, shown
+from autoconfig.errors import MAX_COUNT, InputError
 from autoconfig.reports.capacity_report import CSV_NAME, MARKDOWN_NAME, capacity_table, markdown
 from autoconfig.units import format_count
 
@@ -28,27 +27,6 @@ _GpuList = ListOrAuto("N[,N...]", positive_int, f"positive GPU counts up to {MAX
 
 EXIT_NOTHING_FEASIBLE = 1
 """Exit status when no cell of the grid trains the model (the report is written)."""
-
-
-class _Prices(click.ParamType):
-    """--price GPU=USD,...: the text for ``training.cost.parse_prices`` (which
-    checks the form and the GPU names), once every USD figure that parses is
-    finite: float() takes nan and inf, and a NaN price printed as $nan and was
-    marked the cheapest cell."""
-
-    name = "GPU=USD[,...]"
-
-    def convert(self, value, param, ctx):
-        for item in str(value).split(","):
-            usd = item.partition("=")[2].strip()
-            try:
-                finite = math.isfinite(float(usd))
-            except ValueError:
-                continue   # not a number: parse_prices says what the form is
-            if not finite:
-                raise InputError(f"invalid --price {shown(item.strip())}: expected GPU=USD per "
-                                 "GPU-hour, a finite number >= 0 (e.g. h100=2.5), comma-separated")
-        return value
 
 
 @click.command()
@@ -68,7 +46,7 @@ class _Prices(click.ParamType):
 @click.option("--seq-len", type=SEQ_LEN, help="Sequence length (default: the model's).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
 @stack_options
-@click.option("--price", type=_Prices(),
+@click.option("--price",
               help="USD per GPU-hour by GPU type, e.g. h100=2.5,a100=1.5 (no built-in prices; "
                    "cells without one get no cost).")
 @click.option("--gpu-power-fraction", type=Number(0, 1.5, low_open=True),

@@ -17,6 +17,7 @@ What it leaves out: storage, the scale-out network switches, idle time
 between jobs, restarts after failures, and embodied carbon.
 """
 
+import math
 from dataclasses import dataclass
 
 from autoconfig.core.hardware import GPU
@@ -115,9 +116,10 @@ def parse_prices(text: str | None, resolve_gpu) -> dict[str, float]:
             price = float(value)
         except ValueError:
             price = -1.0
-        if not sep or not name.strip() or price < 0:
-            raise InputError(f"invalid --price {item.strip()!r}: expected GPU=USD per GPU-hour "
-                             "(e.g. h100=2.5), comma-separated")
+        # float() takes nan and inf: a NaN price printed as $nan and was marked cheapest
+        if not sep or not name.strip() or not (math.isfinite(price) and price >= 0):
+            raise InputError(f"invalid --price {item.strip()!r}: expected GPU=USD per GPU-hour, "
+                             "a finite number >= 0 (e.g. h100=2.5), comma-separated")
         prices[resolve_gpu(name.strip()).name] = price
     return prices
 
