@@ -76,7 +76,7 @@ def test_regression_infeasible_and_one_sided_settings(run, tmp_path):
     assert "only in old" in text and "only in new" in text and "only-new|h100-80gb|9n" in text
 
     # a 20% drop passes a 25% threshold; the infeasible setting still fails
-    from autoconfig.sweep.summary import load_run
+    from autoconfig.sweep.compare import load_run
     cmp = compare_runs(load_run(run), load_run(new), threshold_pct=25)
     assert [c.kind for c in cmp.regressions] == ["became infeasible"]
     kinds = {c.key: c.kind for c in cmp.changes}
@@ -85,7 +85,7 @@ def test_regression_infeasible_and_one_sided_settings(run, tmp_path):
 
 
 def test_measured_beats_predicted_where_both_runs_measured(run):
-    from autoconfig.sweep.summary import load_run
+    from autoconfig.sweep.compare import load_run
     old, new = load_run(run), load_run(run)
     key = sorted(old)[0]
     old[key] = {**old[key], "measured": {"tokens_per_s_per_gpu": 100.0}}
@@ -99,7 +99,7 @@ def test_measured_beats_predicted_where_both_runs_measured(run):
 
 
 def test_either_way_fails_on_a_rise_too(run):
-    from autoconfig.sweep.summary import load_run
+    from autoconfig.sweep.compare import load_run
     old, new = load_run(run), load_run(run)
     key = sorted(old)[0]
     new[key] = json.loads(json.dumps(new[key]))

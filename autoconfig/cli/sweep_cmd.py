@@ -83,12 +83,11 @@ def compare(old, new, threshold, either_way, markdown_file) -> None:
     threshold."""
     from autoconfig.atomic import write_atomic
     from autoconfig.errors import InputError
-    from autoconfig.sweep.compare import compare_runs, load_compared_run, render_markdown
+    from autoconfig.sweep.compare import compare_runs, load_run, render_markdown
 
     if not (math.isfinite(threshold) and threshold >= 0):   # inf or nan would pass anything
         raise InputError(f"invalid --threshold {threshold:g}: must be a finite percent >= 0")
-    result = compare_runs(load_compared_run(Path(old)), load_compared_run(Path(new)), threshold,
-                          either_way)
+    result = compare_runs(load_run(Path(old)), load_run(Path(new)), threshold, either_way)
     text = render_markdown(result, old, new)
     if markdown_file:
         path = Path(markdown_file)

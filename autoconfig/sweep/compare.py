@@ -58,27 +58,38 @@ class Comparison:
         return sum(c.kind == kind for c in self.changes)
 
 
-def load_compared_run(run_dir: Path) -> dict[str, dict]:
-    """key -> record of a run directory, as ``summary.load_run`` reads it, but strict:
-    a settings/*.json file that is not a readable record, or a record whose compared
-    fields have the wrong type, is an InputError naming the file. Skipping it would
-    count the setting as "only in old" and hide a regression."""
+def load_run(run_dir: Path) -> dict[str, dict]:
+    """key -> record of a sweep run directory: its per-setting records (the
+    latest truth), else its sweep.json. Strict: a settings/*.json file that is
+    not a readable record, or a record whose compared fields have the wrong
+    type, is an InputError naming the file. Skipping it would count the setting
+    as "only in old" and hide a regression."""
     from autoconfig.sweep.run import SETTINGS_DIR
-    from autoconfig.sweep.summary import JSON_NAME, load_run
+    from autoconfig.sweep.summary import JSON_NAME
 
     run_dir = Path(run_dir)
     paths = sorted((run_dir / SETTINGS_DIR).glob("*.json"))
-    if not paths:   # only sweep.json (or nothing: load_run says so in one line)
-        records = load_run(run_dir)
-        for key, record in records.items():
-            problem = record_problem(record)
-            if problem:
-                raise _corrupt(run_dir / JSON_NAME, f"setting {key!r}: {problem}")
-        return records
-    records = {}
-    for path in paths:
-        record = _read_record(path)
-        records[record["key"]] = record
+    if paths:
+        return {record["key"]: record for record in map(_read_record, paths)}
+    path = run_dir / JSON_NAME
+    settings = None
+    if path.is_file():
+        try:
+            settings = json.loads(path.read_text()).get("settings")
+        except (OSError, ValueError, AttributeError):   # unreadable, not JSON, not an object
+            pass
+        if not isinstance(settings, list):
+            raise InputError(f"{path}: corrupt (no 'settings' list); rerun the sweep into this "
+                             "folder to rebuild it")
+    records = {r["key"]: r for r in settings or ()
+               if isinstance(r, dict) and isinstance(r.get("key"), str)}
+    if not records:
+        raise InputError(f"{run_dir}: not a sweep run directory (no {SETTINGS_DIR}/*.json or "
+                         f"{JSON_NAME})")
+    for key, record in records.items():
+        problem = record_problem(record)
+        if problem:
+            raise _corrupt(path, f"setting {key!r}: {problem}")
     return records
 
 
@@ -140,7 +151,7 @@ def _shown(value) -> str:
 def compare_runs(old: dict[str, dict], new: dict[str, dict],
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                  either_way: bool = False) -> Comparison:
-    """Compare two runs given as key -> record (``summary.load_run``)."""
+    """Compare two runs given as key -> record (``load_run``)."""
     changes = []
     for key in list(old) + [k for k in new if k not in old]:
         if key not in new:

@@ -1,7 +1,6 @@
 """The sweep's reports, rebuilt from its per-setting records: ``sweep.csv``
-(one row per setting), ``sweep.md``, ``sweep.json`` and plots.
-
-Also reads a run directory back (``load_run``) for ``autoconfig compare``.
+(one row per setting), ``sweep.md``, ``sweep.json`` and plots; ``autoconfig
+compare`` reads them back (``autoconfig.sweep.compare.load_run``).
 """
 
 import json
@@ -12,7 +11,7 @@ from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
 from autoconfig.base.budget import SECONDS_PER_DAY
-from autoconfig.sweep.run import MANIFEST, SETTINGS_DIR
+from autoconfig.sweep.run import MANIFEST
 from autoconfig.sweep.spec import overrides_text
 
 CSV_NAME = "sweep.csv"
@@ -121,29 +120,6 @@ def write_summary(out_dir: Path, records: list[dict], name: str, tokens: float |
     files["json"] = write_atomic(out_dir / JSON_NAME, json.dumps(document, indent=2) + "\n")
     files.update({p.stem: p for p in drawn})
     return files
-
-
-def load_run(run_dir: Path) -> dict[str, dict]:
-    """key -> record of a sweep run directory: its per-setting records (the
-    latest truth), else its sweep.json."""
-    from autoconfig.errors import InputError
-    run_dir = Path(run_dir)
-    records = {}
-    for path in sorted((run_dir / SETTINGS_DIR).glob("*.json")):
-        record = _read_json(path)
-        if isinstance(record.get("key"), str):   # unreadable or foreign: not a record
-            records[record["key"]] = record
-    if not records and (run_dir / JSON_NAME).is_file():
-        settings = _read_json(run_dir / JSON_NAME).get("settings")
-        if not isinstance(settings, list):
-            raise InputError(f"{run_dir / JSON_NAME}: corrupt (no 'settings' list); rerun the "
-                             "sweep into this folder to rebuild it")
-        records = {r["key"]: r for r in settings
-                   if isinstance(r, dict) and isinstance(r.get("key"), str)}
-    if not records:
-        raise InputError(f"{run_dir}: not a sweep run directory (no {SETTINGS_DIR}/*.json or "
-                         f"{JSON_NAME})")
-    return records
 
 
 def _read_json(path: Path) -> dict:
