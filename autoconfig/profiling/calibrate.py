@@ -89,12 +89,11 @@ def measured_runs(results_dirs) -> list[Run]:
         if not (folder / store.RESULTS_FILE).is_file():
             raise InputError(f"invalid results folder {folder}: no {store.RESULTS_FILE} there "
                              "(give the profile folder of a --profile run)")
-        damaged = store.meta_problem(folder)
+        meta, damaged = store.read_meta(folder)
         if damaged:   # say so, not "does not describe the setting (KeyError: 'model')"
             raise InputError(f"invalid results folder {folder}: {folder / store.META_FILE} is "
                              f"{damaged}; it describes the profiled setting, so profile again "
                              "(or restore the file)")
-        meta = store.load_meta(folder)
         model, workload, cluster, software, stack = _setting(meta, folder)
         for record in store.latest_records(folder):
             if record.get("status") != "ok" or not record.get("step_time_s"):

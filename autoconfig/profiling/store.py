@@ -202,7 +202,7 @@ def check_store(out_dir: Path) -> str:
 def check_meta(out_dir: Path) -> str:
     """A one-line warning when meta.json cannot describe the sweep ('' when it can):
     the report goes on without model, device and executor, as with unusable lines."""
-    why = meta_problem(out_dir)
+    why = read_meta(out_dir)[1]
     return (f"warning: {Path(out_dir) / META_FILE} is {why}: the report shows model, device "
             "and executor as '?'" if why else "")
 
@@ -247,30 +247,27 @@ def _csv_problem(exc: ValueError) -> str:
     return f"not CSV: {lines[-1][:80]}" if lines else "not CSV"
 
 
-def meta_problem(out_dir: Path) -> str:
-    """Why the store's meta.json cannot describe the sweep ('' when it can)."""
+def read_meta(out_dir: Path) -> tuple[dict, str]:
+    """(meta.json, ''), or ({}, why it cannot describe the sweep): missing,
+    unreadable, not UTF-8, not JSON or not an object."""
     path = Path(out_dir) / META_FILE
     if not path.exists():
-        return "missing"
+        return {}, "missing"
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:   # a folder or unreadable file named meta.json
-        return f"unreadable ({exc.strerror})"
+        return {}, f"unreadable ({exc.strerror})"
     except UnicodeDecodeError:
-        return "not UTF-8 text"
+        return {}, "not UTF-8 text"
     except json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    return "" if isinstance(data, dict) else "not a JSON object"
+        return {}, f"not valid JSON ({exc})"
+    return (data, "") if isinstance(data, dict) else ({}, "not a JSON object")
 
 
 def load_meta(out_dir: Path) -> dict:
-    """meta.json, or {} when it is missing or damaged (``meta_problem`` says why)."""
-    path = Path(out_dir) / META_FILE
-    try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):   # a damaged meta.json: the report goes on without it
-        return {}
-    return data if isinstance(data, dict) else {}
+    """meta.json, or {} when it is missing or damaged (``read_meta`` says why):
+    the report goes on without it."""
+    return read_meta(out_dir)[0]
 
 
 RETRY_CHOICES = ("failed", "oom", "error", "timeout", "cancelled", "node_fail")
