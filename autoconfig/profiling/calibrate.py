@@ -34,9 +34,9 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.core.plan import Workload, plan_label
 from autoconfig.errors import InputError
 from autoconfig.profiling import store
+from autoconfig.profiling.calibration_file import file_fields
 from autoconfig.training.stack import SoftwareFeatures, load_stack
 from autoconfig.training.step_time import PerfConstants, load_constants
-from autoconfig.profiling.calibration_file import file_fields
 from autoconfig.validation.calibration import (BOUNDS, FREE, bounded_fit, get_value, informed,
                                                with_values)
 from autoconfig.validation.crossval_store import model_fingerprint
