@@ -303,3 +303,24 @@ def test_cpu_and_gpu_records_are_not_mixed(profiled, tmp_path):
     folder = _cpu_store(tmp_path / "profile", "llama3-8b", Workload(64, 2048), 8)
     with pytest.raises(Exception, match="CPU proxy and from GPUs"):
         calibrate.calibrate(calibrate.measured_runs([profiled / "run" / "profile", folder]))
+
+
+def test_a_measurements_table_is_parsed_once_while_unchanged(tmp_path, monkeypatch):
+    """The check before the search and the executor read one parse; an edited
+    file is read again, and callers cannot change each other's rows."""
+    import os
+    from autoconfig.profiling.executors import replay
+    path = tmp_path / "m.csv"
+    path.write_text("tp,pp,dp,step_time_s\n1,1,8,2.0\n")
+    calls = []
+    real = replay._parse_measurements
+    monkeypatch.setattr(replay, "_parse_measurements", lambda p: calls.append(p) or real(p))
+    replay._parsed.cache_clear()
+    first = replay.load_measurements(str(path))
+    first[0]["record"]["step_time_s"] = 99.0
+    assert replay.load_measurements(str(path))[0]["record"]["step_time_s"] == 2.0
+    assert len(calls) == 1
+    path.write_text("tp,pp,dp,step_time_s\n1,1,8,3.0\n")
+    os.utime(path, ns=(1, 1))                 # a new modification time whatever the clock
+    assert replay.load_measurements(str(path))[0]["record"]["step_time_s"] == 3.0
+    assert len(calls) == 2

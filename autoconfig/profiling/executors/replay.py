@@ -16,6 +16,7 @@ import csv
 import io
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar, Sequence
 
@@ -65,7 +66,9 @@ class ReplayExecutor(Executor):
     @classmethod
     def check_environment(cls, options) -> None:
         """The measurements table is read before the search: a missing or malformed
-        file is one line, not a failure after the launch files are written."""
+        file is one line, not a failure after the launch files are written. The
+        executor made later reads the same parse (``load_measurements`` keeps it
+        while the file is unchanged)."""
         backend = options.backend or ReplayOptions()
         load_measurements(backend.measurements)
 
@@ -139,11 +142,29 @@ def _tokens_rate(item: JobItem, step_time_s: float) -> float | None:
 
 
 def load_measurements(path) -> list[dict]:
-    """[{"plan": {field: value}, "record": {...}}] of a measurements CSV."""
-    from autoconfig.textfile import read_text
+    """[{"plan": {field: value}, "record": {...}}] of a measurements CSV, parsed
+    once while the file is unchanged (the up-front check and the executor share
+    the parse); each call gets its own copy of the rows."""
     if not path:
         raise InputError("--executor replay needs --measurements FILE.csv (plan columns and "
                          "step_time_s)")
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return _parse_measurements(path)    # read_text names the fault
+    rows = _parsed(str(path), str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    return [{"plan": dict(r["plan"]), "record": dict(r["record"])} for r in rows]
+
+
+@lru_cache(maxsize=1)
+def _parsed(path: str, resolved: str, size: int, mtime_ns: int) -> tuple:
+    """The rows of ``path`` (named as given) while the file at ``resolved`` has
+    this size and modification time: the cache key."""
+    return tuple(_parse_measurements(path))
+
+
+def _parse_measurements(path) -> list[dict]:
+    from autoconfig.textfile import read_text
     text = read_text(Path(path), "measurements file")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = reader.fieldnames or []
