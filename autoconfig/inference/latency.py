@@ -521,6 +521,16 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         * np.maximum(m, pp)[rows, best_decode])
 
 
+def prompt_room(limit, beside):
+    """Prompt tokens a step has room for beside ``beside`` decodes under a step
+    token ``limit`` (``max_batched_tokens``): at least one, unbounded without a
+    limit."""
+    beside = np.asarray(beside, dtype=float)
+    if not limit:
+        return np.full_like(beside, np.inf)
+    return np.maximum(limit - beside, 1.0)
+
+
 def prompt_window(s_in: float, arrivals_per_step, budget, beside):
     """(full steps, tokens of a full step, prompt tokens of the last step) that
     prefill one arriving request at steady state, with ``arrivals_per_step`` new
@@ -552,7 +562,7 @@ def prompt_window(s_in: float, arrivals_per_step, budget, beside):
     window = s_in * (1.0 + n)
     if budget is None:
         return np.zeros_like(n), np.zeros_like(n), window
-    room = np.maximum(budget - np.asarray(beside, dtype=float), 1.0)
+    room = prompt_room(budget, beside)
     weights, k = _poisson_weights(n / 2.0)
     ahead = s_in * (1.0 + k)                        # done when its own last chunk is
     full = np.ceil(ahead / room[..., None]) - 1.0
@@ -634,11 +644,12 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     prompt_share = running * s_in / s_out
     overhead = engine.step_overhead_s
     context = s_in + workload.held_output_tokens
-    budget = engine.max_batched_tokens if engine.chunked_prefill and \
-        engine.max_batched_tokens else None
+    limit = engine.max_batched_tokens
+    budget = limit if engine.chunked_prefill and limit else None
     beside = running if mixed else none     # decodes sharing a prompt's step
+    space = prompt_room(limit, beside)      # prompt tokens a step takes
     chunk = np.full_like(running, float(s_in)) if budget is None else \
-        np.clip(budget - beside, 1.0, float(s_in))
+        np.minimum(space, float(s_in))
     # Each step starts running / s_out prompts, each over ceil(s_in / chunk) steps:
     # below one such step in every step, the others decode alone.
     step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
@@ -665,8 +676,6 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         prefill_context=s_in / 2.0, logits_rows=beside + prompts))
     # Where the window outgrows a step's token budget, the prompts queue for it:
     # chunked, ``room`` tokens a step; whole, as many prompts as fit (one at least).
-    limit = engine.max_batched_tokens
-    space = np.maximum(limit - beside, 1.0) if limit else np.full_like(running, np.inf)
     capped = s_in * (1.0 + arriving) > space
     whole_prompts = np.maximum(np.floor(space / s_in), 1.0)
     full_step = 0.0
