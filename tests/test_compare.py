@@ -47,6 +47,15 @@ def test_identical_runs_exit_0(run, tmp_path):
     assert "unchanged: 4" in summary.read_text()
 
 
+@pytest.mark.parametrize("threshold", ["nan", "inf", "-1"])
+def test_a_threshold_that_would_pass_anything_is_refused(run, threshold):
+    proc = cli("compare", run, run, "--threshold", threshold)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"invalid --threshold {threshold}: must be at least 0 and finite" in proc.stderr
+    with pytest.raises(Exception, match="--threshold nan"):
+        compare_runs({}, {}, float("nan"))
+
+
 def test_regression_infeasible_and_one_sided_settings(run, tmp_path):
     new = tmp_path / "new"
     shutil.copytree(run, new)

@@ -123,7 +123,7 @@ def test_calibration_fields_missing_or_of_the_wrong_type_are_one_line(calibratio
     ([*CAPACITY, "--grid-kg-per-kwh", "inf"], ["--grid-kg-per-kwh inf", "finite"]),
     ([*CAPACITY, "--node-overhead-w", "nan"], ["--node-overhead-w nan", "finite"]),
     ([*INFER, "--max-ttft-ms", "inf"], ["--max-ttft-ms inf", "finite"]),
-    ([*INFER, "--request-rate", "inf"], ["--request-rate 'inf'", "finite"]),
+    ([*INFER, "--request-rate", "inf"], ["--request-rate inf", "finite"]),
     (["base", "--size", "1.3b", "--mfu", "nan"], ["--mfu nan", "in (0, 1]"]),
     (["base", "--size", "1.3b", "--mfu", "0"], ["--mfu 0", "in (0, 1]"]),
     (["base", "--size", "1.3b", "--mfu", "2"], ["--mfu 2", "in (0, 1]"]),

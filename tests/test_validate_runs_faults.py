@@ -29,6 +29,8 @@ def _subset(tmp_path: Path, change) -> Path:
     ("num_gpus", "0", "num_gpus '0' must be a whole number from 1"),
     ("tp", "7", "must be a whole number of nodes"),
     ("gpu_type", "", "gpu_type not stated"),
+    ("num_layers", "abc", "num_layers 'abc': not a number"),
+    ("tp", "eight", "tp 'eight': not a number"),
 ])
 def test_a_bad_row_is_listed_not_fatal(tmp_path: Path, capsys, column, value, reason) -> None:
     runs = _subset(tmp_path, lambda rows: rows[0].__setitem__(column, value))

@@ -19,6 +19,7 @@ the largest C within the budget.
 import math
 from dataclasses import dataclass
 
+from autoconfig.bounds import FRACTION, check_number
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec, active_params, hardware_flops_per_token
@@ -135,9 +136,7 @@ def compute_rate(gpu: GPU, num_gpus: int, precision: str, full_recompute: bool,
     peak = gpu.peak_tflops(precision)
     kind = "hfu" if full_recompute else "mfu"
     if mfu is not None:
-        if not math.isfinite(mfu) or not 0 < mfu <= 1:
-            raise InputError(f"invalid --mfu {mfu}: must be a fraction in (0, 1], e.g. 0.4")
-        util, source = mfu, "given (--mfu)"
+        util, source = check_number("--mfu", mfu, FRACTION), "given (--mfu)"
     elif tflops_per_gpu is not None:
         if not math.isfinite(tflops_per_gpu) or not 0 < tflops_per_gpu <= peak:
             raise InputError(f"invalid --tflops-per-gpu {tflops_per_gpu}: must be in "

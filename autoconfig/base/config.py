@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from autoconfig.atomic import write_atomic
+from autoconfig.bounds import FRACTION, check_optional
 from autoconfig.base.budget import (SECONDS_PER_DAY, ComputeRate, compute_rate,
                                     days_for_flops, flops_formula, flops_per_param_token,
                                     flops_per_token, max_params_chinchilla,
@@ -156,6 +157,8 @@ def _validate(req: BaseRequest) -> None:
     _positive("--nodes", req.nodes, MAX_COUNT)
     _positive("--gpus-per-node", req.gpus_per_node, MAX_COUNT)
     _positive("--days", req.days)
+    _positive("--tflops-per-gpu", req.tflops_per_gpu)     # its peak is checked with the GPU
+    check_optional("--mfu", req.mfu, FRACTION)
     _positive("--seq-len", req.seq_len, MAX_SEQ_LEN)
     if req.precision is not None and req.precision not in PRECISIONS:
         raise InputError(f"invalid precision {req.precision!r}: allowed are "

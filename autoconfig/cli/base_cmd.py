@@ -7,7 +7,6 @@ import click
 from tabulate import tabulate
 
 from autoconfig.base import config as b
-from autoconfig.cli.options import FRACTION, POSITIVE
 from autoconfig.core.catalog import get_gpu
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import cluster_from_gpus
@@ -122,11 +121,11 @@ def one_line(text: str, width: int = 100) -> str:
 @click.option("--gpus", type=int,
               help="Number of GPUs (a whole number of nodes), instead of --nodes.")
 @click.option("--gpus-per-node", type=int, help="GPUs per node [default: the GPU's usual node].")
-@click.option("--days", type=POSITIVE, help="Training days of the budget (budget mode).")
+@click.option("--days", type=float, help="Training days of the budget (budget mode).")
 @click.option("--tokens", help="Training tokens, e.g. 300b, or 'chinchilla' (~20 per parameter).")
-@click.option("--mfu", type=FRACTION,
+@click.option("--mfu", type=float,
               help="Model FLOPs utilisation, e.g. 0.4 [default: heuristics/efficiency.yaml].")
-@click.option("--tflops-per-gpu", type=POSITIVE, help="Achieved TFLOP/s per GPU instead of --mfu.")
+@click.option("--tflops-per-gpu", type=float, help="Achieved TFLOP/s per GPU instead of --mfu.")
 @click.option("--full-recompute", is_flag=True,
               help="Count 8NT (full activation recompute) against hardware FLOPs utilisation.")
 @click.option("--seq-len", type=int, help="Sequence length [default: the model family's].")

@@ -8,7 +8,7 @@ import click
 
 from autoconfig.atomic import write_atomic
 from autoconfig.base.hyperparams import default_global_batch_size
-from autoconfig.cli.options import (BATCH, NON_NEGATIVE, SEQ_LEN, ListOrAuto, Number,
+from autoconfig.cli.options import (BATCH, SEQ_LEN, ListOrAuto,
                                     model_options, moe_shape_options, pop_layers,
                                     pop_software, positive_int, stack_options)
 from autoconfig.core import catalog
@@ -49,14 +49,14 @@ EXIT_NOTHING_FEASIBLE = 1
 @click.option("--price",
               help="USD per GPU-hour by GPU type, e.g. h100=2.5,a100=1.5 (no built-in prices; "
                    "cells without one get no cost).")
-@click.option("--gpu-power-fraction", type=Number(0, 1.5, low_open=True),
+@click.option("--gpu-power-fraction", type=float,
               help="Average GPU board power as a fraction of TDP (default 1.0: TDP, as Meta's "
                    "model cards count; heuristics/energy.yaml).")
-@click.option("--node-overhead-w", type=NON_NEGATIVE,
+@click.option("--node-overhead-w", type=float,
               help="Non-GPU watts per node (default: system datasheet max power - GPUs x TDP).")
-@click.option("--pue", type=Number(1), help="Facility power usage effectiveness (default 1.58, "
+@click.option("--pue", type=float, help="Facility power usage effectiveness (default 1.58, "
               "Uptime Institute 2023 average).")
-@click.option("--grid-kg-per-kwh", type=NON_NEGATIVE,
+@click.option("--grid-kg-per-kwh", type=float,
               help="Grid carbon intensity in kg CO2 per kWh (no default: no CO2 without it).")
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),

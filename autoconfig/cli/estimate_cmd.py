@@ -11,7 +11,7 @@ import click
 from tabulate import tabulate
 
 from autoconfig.training.fp8 import check_fp8_recipe
-from autoconfig.cli.options import (BATCH, POSITIVE, SEQ_LEN, Count, architecture_options,
+from autoconfig.cli.options import (BATCH, SEQ_LEN, Count, architecture_options,
                                     model_options, moe_shape_options, pop_layers, pop_software,
                                     stack_options)
 from autoconfig.core import catalog
@@ -118,7 +118,7 @@ def _samples_per_s(result: dict) -> float:
 @click.option("--memory-recipe", type=click.Choice(("bf16", "fp16", "fp32", "bf16_fp32_accum")),
               default=None, help="Bytes-per-parameter recipe of heuristics/memory.yaml "
               "(default bf16; fp16 for fp16 mixed precision).")
-@click.option("--internode-gb-per-s", type=POSITIVE, default=None,
+@click.option("--internode-gb-per-s", type=float, default=None,
               help="Scale-out bandwidth per GPU, one direction, GB/s (default: the GPU "
                    "catalog's DGX/HGX figure).")
 @architecture_options

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from autoconfig.cli.options import (FRACTION, NON_NEGATIVE, POSITIVE, IntListOrAuto, RateOrMax,
+from autoconfig.cli.options import (IntListOrAuto, RateOrMax,
                                     model_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
@@ -52,10 +52,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               "spread).")
 @click.option("--output-len", type=int, help="Generated tokens per request (the mean when they "
               "spread).")
-@click.option("--input-len-std", type=NON_NEGATIVE, default=None,
+@click.option("--input-len-std", type=float, default=None,
               help="Spread (standard deviation) of the prompt lengths in tokens (default 0: "
                    "all the same, or the --dataset's).")
-@click.option("--output-len-std", type=NON_NEGATIVE, default=None,
+@click.option("--output-len-std", type=float, default=None,
               help="Spread of the output lengths in tokens (default 0, or the --dataset's).")
 @click.option("--length-dist", type=click.Choice(LENGTH_DISTS), default="gamma",
               show_default=True,
@@ -72,10 +72,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "when one finishes, or at --request-rate (Poisson arrivals, as vLLM's and "
                    "SGLang's serving benchmarks send them); scored on its means and its "
                    "duration, the drain and the queueing included.")
-@click.option("--max-ttft-ms", type=POSITIVE, help="Limit on time to first token.")
-@click.option("--max-tpot-ms", type=POSITIVE, help="Limit on time per output token.")
-@click.option("--max-latency-ms", type=POSITIVE, help="Limit on request latency.")
-@click.option("--min-throughput", type=POSITIVE,
+@click.option("--max-ttft-ms", type=float, help="Limit on time to first token.")
+@click.option("--max-tpot-ms", type=float, help="Limit on time per output token.")
+@click.option("--max-latency-ms", type=float, help="Limit on request latency.")
+@click.option("--min-throughput", type=float,
               help="Least output tokens/s of the whole cluster.")
 @click.option("--precision", type=click.Choice(SERVING_PRECISIONS), default="bf16",
               show_default=True,
@@ -118,7 +118,7 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "TensorRT-LLM KvCacheConfig max_tokens, LMDeploy cache_max_entry_count "
                    "blocks x 128); a layout whose memory cannot hold it does not fit; default: "
                    "the engine's memory share (--kv-memory-fraction), else what memory leaves.")
-@click.option("--kv-memory-fraction", type=FRACTION, default=None,
+@click.option("--kv-memory-fraction", type=float, default=None,
               help="Paged engines that size their KV pool from a memory share: TensorRT-LLM "
                    "free_gpu_memory_fraction (of the memory free once the model is loaded, "
                    "default 0.9), vLLM --gpu-memory-utilization (of the whole GPU, 0.9), "

@@ -4,7 +4,6 @@ Command modules (``*_cmd.py``) import this module and the library, never each
 other. Values are parsed here; what they mean is decided in the library.
 """
 
-import math
 
 import click
 
@@ -73,47 +72,6 @@ class Count(click.types.IntParamType):
         return number
 
 
-class Number(click.types.FloatParamType):
-    """A float option from ``low`` to ``high`` (either may be open or absent), and
-    finite: float() takes nan and inf, and NaN fails no comparison-based check
-    downstream (it printed NaN results, invalid JSON and a cheapest cell). A
-    one-line error names the flag, the value and the range."""
-
-    name = "float"
-
-    def __init__(self, low: float | None = None, high: float | None = None, *,
-                 low_open: bool = False, high_open: bool = False) -> None:
-        self.low, self.high = low, high
-        self.low_open, self.high_open = low_open, high_open
-
-    def convert(self, value, param, ctx):
-        if value is None:
-            return None
-        number = _float(value)
-        if number is None or not self.allows(number):
-            flag = param.opts[0] if param is not None and param.opts else "value"
-            given = f"{shown(str(value))}: not a number;" if number is None else f"{number:g}:"
-            raise InputError(f"invalid {flag} {given} must be {self.range_text()}")
-        return number
-
-    def allows(self, number: float) -> bool:
-        low_ok = self.low is None or (number > self.low if self.low_open else number >= self.low)
-        high_ok = self.high is None or (number < self.high if self.high_open
-                                        else number <= self.high)
-        return math.isfinite(number) and low_ok and high_ok
-
-    def range_text(self) -> str:
-        """'in (0, 1]', 'at least 1 and finite', 'greater than 0 and finite'."""
-        if self.low is not None and self.high is not None:
-            return (f"in {'(' if self.low_open else '['}{self.low:g}, "
-                    f"{self.high:g}{')' if self.high_open else ']'}")
-        if self.low is not None:
-            return f"{'greater than' if self.low_open else 'at least'} {self.low:g} and finite"
-        if self.high is not None:
-            return f"{'less than' if self.high_open else 'at most'} {self.high:g} and finite"
-        return "a finite number"
-
-
 def _float(value) -> float | None:
     """``value`` (an option's text, or a default already a number) as a float, or
     None when it is not a number."""
@@ -125,12 +83,6 @@ def _float(value) -> float | None:
         return None
 
 
-POSITIVE = Number(0, low_open=True)
-"""A finite number > 0 (bandwidths, days, latency limits)."""
-NON_NEGATIVE = Number(0)
-"""A finite number >= 0 (watts, carbon intensity, length spreads)."""
-FRACTION = Number(0, 1, low_open=True)
-"""A share in (0, 1] (MFU, memory fraction)."""
 BATCH = Count(1)
 """--gbs: 0 is refused like -5 (a falsy 0 read as "not given" ran the default)."""
 SEQ_LEN = Count(1, MAX_SEQ_LEN)
@@ -138,8 +90,8 @@ SEQ_LEN = Count(1, MAX_SEQ_LEN)
 
 
 class RateOrMax(click.ParamType):
-    """A request rate (a finite float > 0) or ``max``, returned as the string
-    "max": the largest rate meeting the latency limits."""
+    """A request rate (a float; its range is the library's to check) or ``max``,
+    returned as the string "max": the largest rate meeting the latency limits."""
 
     name = "FLOAT|max"
 
@@ -150,9 +102,9 @@ class RateOrMax(click.ParamType):
         if text == "max":
             return "max"
         rate = _float(text)
-        if rate is None or not POSITIVE.allows(rate):
+        if rate is None:
             flag = param.opts[0] if param is not None and param.opts else "value"
-            raise InputError(f"invalid {flag} {shown(str(value))}: expected a finite number of "
+            raise InputError(f"invalid {flag} {shown(str(value))}: expected a number of "
                              "requests/s greater than 0, or max")
         return rate
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
+from autoconfig.bounds import POSITIVE, check_number
 from autoconfig.errors import CatalogError, InputError, shown
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec
@@ -426,6 +427,5 @@ def with_network(gpu: GPU, internode_gb_per_s: float | None) -> GPU:
     differs from the DGX/HGX figure of the catalog); None keeps the catalog's."""
     if internode_gb_per_s is None:
         return gpu
-    if internode_gb_per_s <= 0:
-        raise InputError(f"invalid --internode-gb-per-s {internode_gb_per_s:g}: must be > 0")
-    return replace(gpu, internode_bandwidth_gb_per_s=float(internode_gb_per_s))
+    return replace(gpu, internode_bandwidth_gb_per_s=check_number(
+        "--internode-gb-per-s", internode_gb_per_s, POSITIVE))

@@ -34,6 +34,7 @@ import pandas as pd
 
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import ModelSpec
+from autoconfig.bounds import POSITIVE, check_number, check_optional
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
 from autoconfig.training.fp8 import check_precision
 from autoconfig.inference.engine import Engine, get_engine
@@ -66,10 +67,8 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_ttft_ms", "max_tpot_ms", "max_latency_ms",
                      "min_throughput_tokens_per_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                flag = "--" + name.replace("_tokens_per_s", "").replace("_", "-")
-                raise InputError(f"invalid {flag} {value!r}: must be positive")
+            flag = "--" + name.replace("_tokens_per_s", "").replace("_", "-")
+            check_optional(flag, getattr(self, name), POSITIVE)
         if self.statistic not in STATISTICS:
             raise InputError(f"invalid --limit-statistic {shown(self.statistic)}: allowed are "
                              f"{', '.join(STATISTICS)}")
@@ -352,8 +351,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
         raise InputError(f"engine {engine.name} batches statically: use --batching static or "
                          "an in-flight engine")
     if request_rate_per_s is not None:
-        if not request_rate_per_s > 0:
-            raise InputError(f"invalid --request-rate {request_rate_per_s!r}: must be positive")
+        check_number("--request-rate", request_rate_per_s, POSITIVE)
         if mode != "continuous" or pins.batch:
             raise InputError("--request-rate needs continuous batching and no --batch or "
                              "--concurrency (the rate sets the concurrency)")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from autoconfig.bounds import NON_NEGATIVE, check_number
 from autoconfig.errors import InputError, shown
 
 DEFAULT_THRESHOLD_PCT = 5.0
@@ -151,7 +152,9 @@ def _shown(value) -> str:
 def compare_runs(old: dict[str, dict], new: dict[str, dict],
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                  either_way: bool = False) -> Comparison:
-    """Compare two runs given as key -> record (``load_run``)."""
+    """Compare two runs given as key -> record (``load_run``); a threshold of NaN
+    or infinity would pass anything and is refused."""
+    check_number("--threshold", threshold_pct, NON_NEGATIVE)
     changes = []
     for key in list(old) + [k for k in new if k not in old]:
         if key not in new:

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from autoconfig.core.hardware import GPU
+from autoconfig.bounds import NON_NEGATIVE, Range, check_number, check_optional
 from autoconfig.errors import InputError
 
 
@@ -38,17 +39,11 @@ class EnergyAssumptions:
     """Carbon intensity of the grid; None: no CO2 figure."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.gpu_power_fraction <= 1.5:
-            raise InputError(f"invalid --gpu-power-fraction {self.gpu_power_fraction:g}: "
-                             "must be in (0, 1.5]")
-        if self.pue < 1:
-            raise InputError(f"invalid --pue {self.pue:g}: must be at least 1")
-        if self.node_overhead_w is not None and self.node_overhead_w < 0:
-            raise InputError(f"invalid --node-overhead-w {self.node_overhead_w:g}: "
-                             "must be >= 0")
-        if self.grid_kg_per_kwh is not None and self.grid_kg_per_kwh < 0:
-            raise InputError(f"invalid --grid-kg-per-kwh {self.grid_kg_per_kwh:g}: "
-                             "must be >= 0")
+        check_number("--gpu-power-fraction", self.gpu_power_fraction,
+                     Range(0, 1.5, low_open=True))
+        check_number("--pue", self.pue, Range(1))
+        check_optional("--node-overhead-w", self.node_overhead_w, NON_NEGATIVE)
+        check_optional("--grid-kg-per-kwh", self.grid_kg_per_kwh, NON_NEGATIVE)
 
 
 def default_assumptions(**overrides) -> EnergyAssumptions:

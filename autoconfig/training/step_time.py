@@ -38,8 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p2p_s,
-                                  ring_allreduce_s)
+from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
 from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU

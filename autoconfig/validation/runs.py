@@ -73,7 +73,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from autoconfig.core.catalog import get_gpu, get_model
-from autoconfig.errors import AutoconfigError, InputError
+from autoconfig.errors import AutoconfigError, InputError, shown
 from autoconfig.textfile import read_text
 from autoconfig.core.hardware import Cluster, cluster_from_gpus
 from autoconfig.core.model import ModelSpec, hardware_flops_per_token
@@ -353,6 +353,11 @@ def _skip_reason(row: dict) -> str:
     return ""
 
 
+SHAPE_AND_LAYOUT = ("num_layers", "hidden_size", "num_heads", "tp", "pp", "mp_size_reported")
+"""Cells whose text must start with a number when given (a typo there is named,
+not read as "not stated")."""
+
+
 def _shape_reason(row: dict) -> str:
     """Why no plan can be built for the row ('' when one can)."""
     if _gpu_name(row["gpu_type"]) is None:
@@ -360,6 +365,10 @@ def _shape_reason(row: dict) -> str:
     sharding = row.get("dp_sharding") or ""
     if ("ZeRO-3" in sharding or "FSDP" in sharding) and not _pytorch_fsdp(row):
         return f"{sharding.split(' (')[0]}: fully sharded data parallel is not modelled"
+    unreadable = [f"{key} {shown(row[key])}" for key in SHAPE_AND_LAYOUT
+                  if (row.get(key) or "").strip() and _num(row[key]) is None]
+    if unreadable:
+        return f"{', '.join(unreadable)}: not a number"
     # A row naming a catalog model (MoE, T5) takes the catalog's shape, as --model does.
     if not (row.get("catalog_model") or "").strip() and not (
             _int(row, "num_layers") and _int(row, "hidden_size") and _int(row, "num_heads")):
