@@ -1,5 +1,6 @@
 """Inference model, search and `autoconfig infer` / `infer-validate` through the real CLI."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from autoconfig.errors import InfeasibleError, InputError
 from autoconfig.inference import report
 from autoconfig.inference.collectives import (kernel_gpu_floor_s, sync_latency_s,
                                               tp_allreduce_s)
-from autoconfig.inference.engine import get_engine, with_kv_cache_tokens
+from autoconfig.inference.engine import PipelineSplit, get_engine, with_kv_cache_tokens
 from autoconfig.inference.latency import ALLREDUCES_PER_LAYER, latency
 from autoconfig.inference.memory import kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
@@ -141,11 +142,15 @@ def test_short_prompts_pay_the_small_gemm_law() -> None:
 
 
 def test_tpot_and_ttft_never_fall_as_batch_grows() -> None:
+    """Where the pipeline split is the planner's to choose. (A fixed rule can
+    pipeline a larger batch better: FasterTransformer splits a batch of 4 over 4
+    stages and runs a batch of 2 whole, tests/test_infer_pipeline_split.py.)"""
     model = get_model("gpt3", "175b")
     cluster = Cluster(get_gpu("a100-80gb"), 4, 8)
+    engine = dataclasses.replace(FT, pipeline_split=PipelineSplit())
     for tp, pp in ((8, 1), (8, 4), (4, 2)):
         plans = InferencePlanTable.from_plans([InferencePlan(tp, pp, 2 ** i) for i in range(9)])
-        lat = latency(model, InferenceWorkload(60, 20), plans, cluster, engine=FT)
+        lat = latency(model, InferenceWorkload(60, 20), plans, cluster, engine=engine)
         assert np.all(np.diff(lat.tpot_s) >= -1e-12)
         assert np.all(np.diff(lat.ttft_s) >= -1e-12)
         assert np.all(lat.latency_s == pytest.approx(lat.ttft_s + 19 * lat.tpot_s))

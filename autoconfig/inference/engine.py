@@ -34,6 +34,31 @@ MAX_KV_CACHE_TOKENS = 1 << 30
 KV_CACHES = ("contiguous", "paged")
 
 
+DECODE_SPLITS = ("chosen", "per_stage", "threshold")
+PREFILL_SPLITS = ("chosen", "per_stage")
+
+
+@dataclass(frozen=True)
+class PipelineSplit:
+    """How a static batch is cut into micro-batches over ``pp`` pipeline stages,
+    per phase (``latency._static``):
+
+    - ``chosen``: a setting the planner picks, the fastest power-of-two count;
+    - ``per_stage``: the engine's fixed rule, ``b / pp`` requests a micro-batch
+      when ``pp`` divides the batch, else the whole batch, and for a prefill
+      halved (while even) until it holds at most ``prefill_max_tokens`` prompt
+      tokens (FasterTransformer's ``getLocalBatchSize``);
+    - ``threshold`` (decode): a decode step is cut by the batch x tokens threshold
+      the prefill's micro-batches set (megatron-core's
+      ``inference_batch_times_seqlen_threshold``): ``b / m_p`` requests x ``s_in``
+      tokens, so decode steps of ``b`` one-token sequences run whole unless the
+      prefill had more micro-batches than prompt tokens."""
+
+    decode: str = "chosen"
+    prefill: str = "chosen"
+    prefill_max_tokens: int | None = None
+
+
 KV_POOL_BASES = ("free", "total", "static")
 """What an engine's KV memory share is a share of (``KvPoolRule``)."""
 RESERVE_TERMS = ("base_mib", "mib_per_chunk_token", "min_chunk_tokens", "mib_per_graph_seq",
@@ -182,6 +207,9 @@ class Engine:
     larger decode batch, or a step with prompt tokens where they are not
     covered, launches its kernels eagerly (``eager_launch_s``). None: every step
     replays a graph."""
+    pipeline_split: PipelineSplit = PipelineSplit()
+    """How a static batch is split into pipeline micro-batches (default: the
+    planner chooses, for engines whose split is a setting or not published)."""
     moe_kernels: tuple[int, int, float] = (0, 0, 1.0)
     """(kernels an MoE layer launches beyond a dense one, kernels per local expert,
     host time of an expert's operator as a fraction of a dense layer's), where the
@@ -401,6 +429,8 @@ def _load(path_text: str) -> Engine:
         if "cuda_graph_steps" in data else None,
         moe_kernels=_moe_kernels(_value(data, "moe_kernels_per_layer", path, src, (dict,)),
                                  path) if "moe_kernels_per_layer" in data else (0, 0, 1.0),
+        pipeline_split=_pipeline_split(_value(data, "pipeline_split", path, src, (dict,)), path)
+        if "pipeline_split" in data else PipelineSplit(),
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -415,6 +445,23 @@ def _load(path_text: str) -> Engine:
     if engine.decode_steps < 1 or (engine.decode_steps > 1 and not engine.decode_steps_option):
         raise CatalogError(f"{path}: decode_steps must be 1, or more with a decode_steps_option")
     return engine
+
+
+def _pipeline_split(raw: dict, path: Path) -> PipelineSplit:
+    """The ``pipeline_split`` mapping: ``decode`` and ``prefill`` rules, and
+    ``prefill_max_tokens`` (a positive integer) exactly where the prefill is ``per_stage``."""
+    unknown = set(raw) - {"decode", "prefill", "prefill_max_tokens"}
+    decode, prefill = raw.get("decode", "chosen"), raw.get("prefill", "chosen")
+    limit = raw.get("prefill_max_tokens")
+    if unknown or decode not in DECODE_SPLITS or prefill not in PREFILL_SPLITS \
+            or (prefill == "per_stage") != (limit is not None) \
+            or (limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                       or limit < 1)):
+        raise CatalogError(f"{path}: field 'pipeline_split' needs decode "
+                           f"({', '.join(DECODE_SPLITS)}), prefill "
+                           f"({', '.join(PREFILL_SPLITS)}) and, for a per_stage prefill, a "
+                           "positive integer prefill_max_tokens")
+    return PipelineSplit(decode, prefill, limit)
 
 
 def _moe_kernels(raw: dict, path: Path) -> tuple[int, int, float]:

@@ -94,9 +94,13 @@ Kernels run one after another, each bound by its own compute or memory traffic
     TPOT    = max(m, pp) * t_stage(decode of b/m) + overhead
     latency = TTFT + (s_out - 1) * TPOT
 
-with ``m`` micro-batches (a power of two <= b, the best for each phase; GPipe
-fill and drain, Huang et al. 2019, Sec. 2.2; FasterTransformer and megatron-core
-split a pipelined batch the same way). An engine that chunks prompts runs
+with ``m`` micro-batches (GPipe fill and drain, Huang et al. 2019, Sec. 2.2) as
+the engine splits the batch (``Engine.pipeline_split``): where the split is a
+setting, the fastest power of two <= b for each phase; FasterTransformer's
+fixed rule (``b / pp`` requests a micro-batch where ``pp`` divides ``b``, else
+the whole batch, a prefill's halved to at most 1,024 tokens), so a batch of 4
+on 8 stages runs whole; megatron-core's static path cuts a decode step only
+past the batch x tokens threshold its prefill set. An engine that chunks prompts runs
 ``ceil(b s_in / max_batched_tokens)`` prefill steps, each paying its overhead.
 
 **Continuous batching at steady state** (``continuous`` mode): ``C`` requests
@@ -491,23 +495,26 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     batch = plans.batch.astype(float)
     pp = plans.pp.astype(float)[:, None]
     s_in, s_out = workload.input_len_tokens, workload.output_len_tokens
-    m = _microbatch_choices(batch)
-    m = np.where(pp > 1, m, np.where(m == 1, 1.0, np.nan))   # no split without a pipeline
-    requests = batch[:, None] / m
+    split = engine.pipeline_split
     overhead = engine.step_overhead_s
+    rows = np.arange(len(plans))
 
+    m_prefill = prefill_microbatches(split, batch, pp[:, 0], s_in)
+    requests = batch[:, None] / m_prefill
     prefill_stage, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=0.0, decode_context=0.0, prefill_tokens=requests * s_in,
         prefill_context=s_in / 2.0, logits_rows=requests))
-    prefill = np.where(np.isnan(m), np.inf, (m + pp - 1.0) * prefill_stage
+    prefill = np.where(np.isnan(m_prefill), np.inf, (m_prefill + pp - 1.0) * prefill_stage
                        + _prefill_steps(engine, batch[:, None] * s_in) * overhead)
-    decode_stage, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
-        decode_seqs=requests, decode_context=s_in + s_out / 2.0, prefill_tokens=0.0,
-        prefill_context=0.0, logits_rows=requests))
-    decode = np.where(np.isnan(m), np.inf, np.maximum(m, pp) * decode_stage + overhead)
-
-    rows = np.arange(len(plans))
     best_prefill = np.argmin(prefill, axis=1)
+    prefill_m = m_prefill[rows, best_prefill]
+
+    m_decode = decode_microbatches(split, batch, pp[:, 0], s_in, prefill_m)
+    decode_stage, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+        decode_seqs=batch[:, None] / m_decode, decode_context=s_in + s_out / 2.0,
+        prefill_tokens=0.0, prefill_context=0.0, logits_rows=batch[:, None] / m_decode))
+    decode = np.where(np.isnan(m_decode), np.inf,
+                      np.maximum(m_decode, pp) * decode_stage + overhead)
     best_decode = np.argmin(decode, axis=1)
     tpot = decode[rows, best_decode]
     # An engine whose prefill stops a token short samples the first token in the
@@ -515,10 +522,52 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     ttft = prefill[rows, best_prefill] + (0.0 if engine.prefill_samples_first_token else tpot)
     return InferenceLatency(
         ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
-        prefill_microbatches=m[rows, best_prefill], decode_microbatches=m[rows, best_decode],
+        prefill_microbatches=prefill_m, decode_microbatches=m_decode[rows, best_decode],
         activation_tokens=_largest_pass(engine, requests[rows, best_prefill] * s_in),
-        decode_tp_comm_s=np.broadcast_to(tp_comm, m.shape)[rows, best_decode]
-        * np.maximum(m, pp)[rows, best_decode])
+        decode_tp_comm_s=np.broadcast_to(tp_comm, m_decode.shape)[rows, best_decode]
+        * np.maximum(m_decode, pp)[rows, best_decode])
+
+
+def _candidates(batch: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """(plans, K) micro-batch counts the planner may choose: powers of two up to
+    the batch, and only 1 without a pipeline."""
+    m = _microbatch_choices(batch)
+    return np.where(pp[:, None] > 1, m, np.where(m == 1, 1.0, np.nan))
+
+
+def per_stage_requests(batch: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Requests a micro-batch holds under a fixed per-stage split: ``b / pp`` where
+    ``pp`` divides the batch, else the whole batch (FasterTransformer's
+    ``getLocalBatchSize``)."""
+    return np.where(np.mod(batch, pp) == 0, batch / pp, batch)
+
+
+def prefill_microbatches(split, batch: np.ndarray, pp: np.ndarray, s_in: float) -> np.ndarray:
+    """(plans, K) prefill micro-batch counts under the engine's ``PipelineSplit``:
+    the planner's candidates, or the fixed rule's one count (``per_stage``
+    requests, halved while even and over ``prefill_max_tokens`` prompt tokens)."""
+    if split.prefill == "chosen":
+        return _candidates(batch, pp)
+    local = per_stage_requests(batch, pp)
+    while True:
+        halve = (pp > 1) & (local * s_in > split.prefill_max_tokens) & (np.mod(local, 2) == 0)
+        if not halve.any():
+            return (batch / local)[:, None]
+        local = np.where(halve, local / 2.0, local)
+
+
+def decode_microbatches(split, batch: np.ndarray, pp: np.ndarray, s_in: float,
+                        prefill_m: np.ndarray) -> np.ndarray:
+    """(plans, K) decode micro-batch counts under the engine's ``PipelineSplit``;
+    ``prefill_m`` is the prefill's (the ``threshold`` rule cuts decode steps by
+    the batch x tokens threshold it set: ``b / m_p`` requests x ``s_in`` tokens)."""
+    if split.decode == "chosen":
+        return _candidates(batch, pp)
+    if split.decode == "per_stage":
+        return (batch / per_stage_requests(batch, pp))[:, None]
+    threshold = np.maximum(np.floor(batch / prefill_m), 1.0) * s_in
+    cut = (prefill_m > 1) & (batch > threshold)
+    return np.where(cut, np.ceil(batch / threshold), 1.0)[:, None]
 
 
 def prompt_room(limit, beside):

@@ -1,0 +1,100 @@
+"""How an engine cuts a static batch into pipeline micro-batches
+(``Engine.pipeline_split``): FasterTransformer's fixed rule, megatron-core's
+threshold, and the planner's choice where the split is a setting."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autoconfig.core.catalog import get_gpu, get_model
+from autoconfig.core.hardware import Cluster
+from autoconfig.errors import CatalogError
+from autoconfig.inference import engine as engines
+from autoconfig.inference.engine import PipelineSplit
+from autoconfig.inference.latency import decode_microbatches, prefill_microbatches
+from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
+from autoconfig.inference.search import predict
+
+A100 = Cluster(get_gpu("a100-80gb"), 8, 8)
+GPT175 = get_model("gpt3", "175b")
+FT = engines.get_engine("fastertransformer")
+FT_RULE = PipelineSplit("per_stage", "per_stage", 1024)
+
+
+def _counts(split, batch, pp, s_in, prefill_m=None):
+    b, p = np.array([float(batch)]), np.array([float(pp)])
+    pre = prefill_microbatches(split, b, p, s_in)
+    m_p = pre[:, 0] if prefill_m is None else np.array([float(prefill_m)])
+    return pre[0].tolist(), decode_microbatches(split, b, p, s_in, m_p)[0].tolist()
+
+
+@pytest.mark.parametrize("batch, pp, s_in, prefill, decode", [
+    (64, 8, 60, 8, 8),        # 8 requests x 60 tokens fit 1,024: one per stage
+    (64, 4, 512, 32, 4),      # 16 -> 8 -> 4 -> 2 requests until 2 x 512 <= 1,024
+    (4, 8, 60, 1, 1),         # 8 does not divide 4: the batch runs whole
+    (6, 4, 1000, 2, 1),       # whole batch, halved once to 3 x 1,000 (odd: stops)
+    (64, 1, 4096, 1, 1),      # no pipeline: no split at all
+])
+def test_fastertransformer_splits_as_getlocalbatchsize(batch, pp, s_in, prefill, decode):
+    assert FT.pipeline_split == FT_RULE
+    assert _counts(FT_RULE, batch, pp, s_in) == ([prefill], [decode])
+
+
+def test_megatron_core_cuts_a_decode_step_only_past_the_prefill_threshold():
+    rule = engines.get_engine("megatron-core-static").pipeline_split
+    assert rule == PipelineSplit("threshold", "chosen", None)
+    # prefill in 4 micro-batches of 16 x 512 tokens: a decode step of 64 tokens runs whole
+    assert _counts(rule, 64, 4, 512, prefill_m=4)[1] == [1]
+    # one-token prompts in 8 micro-batches of 8: the threshold is 8 tokens, decode cut in 8
+    assert _counts(rule, 64, 4, 1, prefill_m=8)[1] == [8]
+    assert _counts(rule, 64, 4, 512, prefill_m=1)[1] == [1]     # threshold -1: never cut
+
+
+def test_a_setting_lets_the_planner_choose_each_phase():
+    chosen, decode = _counts(PipelineSplit(), 8, 4, 128)
+    assert chosen == decode == [1, 2, 4, 8]
+
+
+def test_fastertransformer_runs_a_small_batch_through_the_stages_whole():
+    """GPT-3 175B, TP 8 PP 8, batch 4: FasterTransformer pipelines nothing, so its
+    step is the stages in turn at batch 4, not four overlapped micro-batches."""
+    plan = InferencePlanTable.from_plans([InferencePlan(8, 8, 4)])
+    workload = InferenceWorkload(60, 20)
+    fixed = predict(GPT175, workload, plan, A100, engine=FT).iloc[0]
+    free = predict(GPT175, workload, plan, A100,
+                   engine=dataclasses.replace(FT, pipeline_split=PipelineSplit())).iloc[0]
+    assert fixed.decode_microbatches == fixed.prefill_microbatches == 1
+    assert free.decode_microbatches > 1
+    assert fixed.tpot_ms >= free.tpot_ms
+
+
+@pytest.mark.parametrize("value", [
+    "{decode: sometimes}",
+    "{decode: per_stage, prefill: per_stage}",                       # no token limit
+    "{decode: chosen, prefill: chosen, prefill_max_tokens: 1024}",   # a limit it ignores
+    "{decode: chosen, prefill: per_stage, prefill_max_tokens: 0}",
+    "{decode: chosen, every: 2}",
+])
+def test_a_malformed_split_in_an_engine_file_is_named(tmp_path, monkeypatch, value):
+    text = (engines.engines_dir() / "fastertransformer.yaml").read_text()
+    lines = [f'pipeline_split: {{value: {value}, source: "test"}}'
+             if line.startswith("pipeline_split:") else line for line in text.splitlines()]
+    (tmp_path / "fastertransformer.yaml").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(engines, "engines_dir", lambda: tmp_path)
+    engines._load.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match="pipeline_split"):
+            engines._load(str(tmp_path / "fastertransformer.yaml"))
+    finally:
+        engines._load.cache_clear()
+
+
+def test_under_fastertransformers_rule_a_batch_of_four_beats_two_on_four_stages():
+    """Its rule splits 4 requests into 4 micro-batches over 4 stages and runs 2
+    whole (4 does not divide 2): the step of 4 is that of 1, not of 2."""
+    plans = InferencePlanTable.from_plans([InferencePlan(8, 4, b) for b in (1, 2, 4)])
+    rows = predict(GPT175, InferenceWorkload(60, 20), plans, A100, engine=FT)
+    assert rows.decode_microbatches.tolist() == [1, 1, 4]
+    assert rows.tpot_ms[2] == pytest.approx(rows.tpot_ms[0])
+    assert rows.tpot_ms[1] > rows.tpot_ms[2]
