@@ -281,6 +281,26 @@ def test_infer_validate_cli_prints_per_engine_figures(capsys, tmp_path) -> None:
     assert lines["J144"].split()[-1][0] in "+-"     # ends at its throughput error
 
 
+def test_infer_validate_prints_its_targets_and_check_fails_on_a_miss(capsys, tmp_path) -> None:
+    """Targets per engine with 10 or more points of a metric (TTFT and throughput
+    <= 15%, latency <= 12%) and the seed order; --check exits 1 when one is missed."""
+    lmdeploy = tuple(f"J{n:03d}" for n in range(96, 106))      # 10 LMDeploy 0.1 points
+    path = _points_subset(tmp_path, SEED_IDS + lmdeploy)
+    code, out, _ = run_cli(["infer-validate", "--points", path], capsys)
+    assert code == 0
+    targets = out[out.index("Targets:"):].splitlines()
+    assert any("ttft MAPE lmdeploy-0.1 (10 points)" in line and "(target <= 15%)" in line
+               for line in targets)
+    assert any("throughput MAPE lmdeploy-0.1 (10 points)" in line for line in targets)
+    assert not any("fastertransformer" in line for line in targets)     # 3 points only
+    assert any(line.strip().startswith("met") and "seed points' order" in line
+               for line in targets)
+    missed = [line for line in targets if line.strip().startswith("MISSED")]
+    code, _, err = run_cli(["infer-validate", "--points", path, "--check"], capsys)
+    assert code == (1 if missed else 0)
+    assert ("targets missed" in err) == bool(missed)
+
+
 def test_a_point_whose_number_cell_is_not_a_number_is_reported_not_read_as_blank(
         capsys, tmp_path) -> None:
     points = pd.read_csv(default_points_path())

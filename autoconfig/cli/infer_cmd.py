@@ -5,6 +5,7 @@ then ``autoconfig.profiling.inference_sweep.run`` with --profile), render and wr
 """
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -339,9 +340,14 @@ def _echo_published(result) -> None:
 @click.option("--points", "points_path", type=click.Path(path_type=Path), default=None,
               help="CSV of published inference points (default: the shipped "
                    "benchmarks/published_inference.csv).")
-def infer_validate(points_path: Path | None) -> None:
-    """Predict every published inference point and print the error of each and
-    whether the predicted orderings by latency and throughput match."""
-    from autoconfig.inference.published import format_report, validate
+@click.option("--check", is_flag=True, help="Exit 1 when a target is missed (for CI).")
+def infer_validate(points_path: Path | None, check: bool) -> None:
+    """Predict every published inference point and print the error of each,
+    whether the predicted orderings by throughput match, and which targets are met."""
+    from autoconfig.inference.published import format_report, targets, validate
 
-    click.echo(format_report(validate(points_path)))
+    result = validate(points_path)
+    click.echo(format_report(result))
+    if check and not all(met for *_, met in targets(result)):
+        click.echo("error: inference validation targets missed (see Targets above)", err=True)
+        sys.exit(1)

@@ -53,6 +53,10 @@ SEED_SOURCE = "SI01"
 LEGACY_ENGINE = "fastertransformer"
 """Engine of rows that name none: the seed's points, measured with FasterTransformer."""
 MIN_GROUP = 3
+TARGET_PCT = {"ttft": 15.0, "latency": 12.0, "throughput": 15.0}
+"""Per-engine MAPE targets (the inference realism issue's 'done when'), each
+held by every engine with at least ``TARGET_MIN_POINTS`` points of the metric."""
+TARGET_MIN_POINTS = 10
 
 
 @dataclass(frozen=True)
@@ -329,6 +333,23 @@ def group_spearman(table: pd.DataFrame) -> tuple[float | None, int]:
     return float(np.average(values, weights=weights)), len(values)
 
 
+def targets(result: "ValidationResult") -> list[tuple]:
+    """(name, value, Target, met) per engine and targeted metric with enough points,
+    and the seed points' order (``autoconfig.validation.scoring.format_targets`` rows)."""
+    from autoconfig.validation.scoring import Target
+    rows = []
+    for engine, metric, points, mape, _ in metric_figures(result.table):
+        if metric in TARGET_PCT and points >= TARGET_MIN_POINTS:
+            target = Target("<=", TARGET_PCT[metric])
+            rows.append((f"{metric} MAPE {engine} ({points} points)", mape, target,
+                         target.met(mape)))
+    if result.seed_order_holds is not None:
+        held = 1.0 if result.seed_order_holds else 0.0
+        rows.append(("seed points' order by throughput per GPU holds (1 = yes)", held,
+                     Target(">=", 1.0, percent=False), bool(result.seed_order_holds)))
+    return rows
+
+
 def point_rows(t: pd.DataFrame) -> str:
     def cell(value, fmt):
         return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
@@ -346,6 +367,7 @@ def point_rows(t: pd.DataFrame) -> str:
 
 
 def format_report(result: ValidationResult) -> str:
+    from autoconfig.validation.scoring import format_targets
     t = result.table
     figures = metric_figures(t) if not t.empty else []
     rho, groups = group_spearman(t) if not t.empty else (None, 0)
@@ -362,7 +384,8 @@ def format_report(result: ValidationResult) -> str:
              f"seed points' order by throughput per GPU (GPT-3 175B, TP8 PP4 b64 > TP8 PP8 "
              f"b64 > TP8 PP8 b4): {order}",
              "nothing is fitted to these points: leave-one-source-out figures equal the "
-             "in-sample ones"]
+             "in-sample ones", "",
+             *format_targets(targets(result))]
     return "\n".join(lines)
 
 
