@@ -93,8 +93,22 @@ def test_catalog_tdp_is_sourced_for_every_gpu():
     (["--pue", "0.9"], "invalid --pue 0.9: must be at least 1"),
     (["--gpu-power-fraction", "0"], "invalid --gpu-power-fraction 0"),
     (["--grid-kg-per-kwh", "-1"], "invalid --grid-kg-per-kwh -1"),
+    # a GPU priced twice took the last price; a price of a GPU not asked was dropped
+    (["--price", "h100=2,h100-80gb=3"], "h100-80gb priced twice"),
+    (["--price", "a100-40gb=1"], "a100-40gb is not among --gpu (h100-80gb)"),
 ])
 def test_bad_cost_flags_are_one_line_errors(args, message):
     proc = cli("capacity", "--model", "gpt3", "--size", "1.3b", "--gpu", "h100", "--nodes", "1",
                "--no-plots", *args)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu", "h100,h100-80gb", "--nodes", "1"], "invalid --gpu 'h100,h100-80gb': h100-80gb "
+                                                  "given twice"),
+    (["--gpu", "h100", "--nodes", "1,2,1"], "invalid --nodes '1,2,1': 1 given twice"),
+    (["--gpu", "h100", "--gpus", "8,8"], "invalid --gpus '8,8': 8 given twice"),
+])
+def test_a_cell_asked_twice_is_refused_not_printed_twice(args, message):
+    proc = cli("capacity", "--model", "gpt3", "--size", "1.3b", "--no-plots", *args)
     assert proc.returncode == 2 and message in proc.stderr

@@ -182,6 +182,12 @@ RECORD_DAMAGE = {
         p, "best.predicted.tokens_per_s_per_gpu", "abc"),
     "measured.tokens_per_s_per_gpu": lambda p: _set(p, "measured.tokens_per_s_per_gpu", "abc"),
     "best": lambda p: _set(p, "best", "tp1 pp1"),
+    # non-finite or missing figures of an ok setting: NaN compared as unchanged,
+    # Infinity as an endless improvement
+    "predicted NaN": lambda p: _set(p, "best.predicted.tokens_per_s_per_gpu", float("nan")),
+    "predicted Infinity": lambda p: _set(p, "best.predicted.tokens_per_s_per_gpu",
+                                         float("inf")),
+    "predicted null": lambda p: _set(p, "best.predicted.tokens_per_s_per_gpu", None),
 }
 
 

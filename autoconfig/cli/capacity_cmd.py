@@ -90,12 +90,19 @@ def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, g
         raise InputError(f"invalid --gpu {gpu_types!r}: expected GPU types separated by "
                          "commas, e.g. a100-80gb,h100 (see `autoconfig catalog`)")
     gpu_specs = [catalog.get_gpu(name) for name in names]
+    _once("--gpu", gpu_types, [g.name for g in gpu_specs])
+    for flag, counts in (("--nodes", node_counts), ("--gpus", gpu_counts)):
+        _once(flag, ",".join(map(str, counts or ())), list(counts or ()))
     node_counts = _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node)
     for gpu_spec in gpu_specs:  # a cluster beyond the bound is an error, not an infeasible cell
         for nodes in node_counts:
             Cluster(gpu=gpu_spec, nodes=nodes,
                     gpus_per_node=gpus_per_node or gpu_spec.gpus_per_node)
     prices = parse_prices(price, catalog.get_gpu)
+    unasked = sorted(set(prices) - {g.name for g in gpu_specs})
+    if unasked:
+        raise InputError(f"invalid --price: {', '.join(unasked)} is not among --gpu "
+                         f"({', '.join(g.name for g in gpu_specs)})")
     assumed = default_assumptions(gpu_power_fraction=gpu_power_fraction,
                                   node_overhead_w=node_overhead_w, pue=pue,
                                   grid_kg_per_kwh=grid_kg_per_kwh)
@@ -142,6 +149,14 @@ def _prices_note(prices: dict[str, float]) -> str:
     if not prices:
         return "no --price given"
     return ", ".join(f"{gpu} ${usd:g}/GPU-hour" for gpu, usd in prices.items())
+
+
+def _once(flag: str, given: str, items: list) -> None:
+    """InputError when a list option names one item twice (an alias and its name
+    alike): each would be a row of its own."""
+    twice = sorted({str(item) for item in items if items.count(item) > 1})
+    if twice:
+        raise InputError(f"invalid {flag} {given!r}: {', '.join(twice)} given twice")
 
 
 def _node_counts(node_counts, gpu_counts, gpu_specs, gpus_per_node):

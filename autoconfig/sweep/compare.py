@@ -9,6 +9,7 @@ either direction counts (for pinning predictions to a committed baseline).
 """
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,20 +130,23 @@ def record_problem(record: dict) -> str:
     if best:
         if not isinstance(best.get("predicted"), dict):
             return f"field 'best.predicted' {_shown(best.get('predicted'))} is not an object"
-        if not _number_or_none(best["predicted"].get("tokens_per_s_per_gpu")):
-            return (f"field 'best.predicted.tokens_per_s_per_gpu' "
-                    f"{_shown(best['predicted'].get('tokens_per_s_per_gpu'))} is not a number")
+        predicted = best["predicted"].get("tokens_per_s_per_gpu")
+        if not _number_or_none(predicted) or (predicted is None and record["status"] == "ok"):
+            return (f"field 'best.predicted.tokens_per_s_per_gpu' {_shown(predicted)} is not "
+                    "a finite number")
         if not isinstance(best.get("label"), (str, type(None))):
             return f"field 'best.label' {_shown(best.get('label'))} is not a string"
     if measured and not _number_or_none(measured.get("tokens_per_s_per_gpu")):
         return (f"field 'measured.tokens_per_s_per_gpu' "
-                f"{_shown(measured.get('tokens_per_s_per_gpu'))} is not a number")
+                f"{_shown(measured.get('tokens_per_s_per_gpu'))} is not a finite number")
     return ""
 
 
 def _number_or_none(value) -> bool:
-    # type only: the sweep writes its own figures, a non-finite one compares as unchanged
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    # The sweep writes finite figures: a NaN compares as unchanged and an infinity as
+    # an endless improvement, so either means the record was damaged.
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value))
 
 
 def _shown(value) -> str:
@@ -213,9 +217,9 @@ def render_markdown(cmp: Comparison, old_name: str, new_name: str) -> str:
              f"- best plan changed: {sum(c.plan_changed for c in cmp.changes)}", ""]
     shown = [c for c in cmp.changes if c.regression or c.kind != "unchanged" or c.plan_changed]
     if shown:
-        rows = [["❌" if c.regression else "", c.key, c.kind, _pct_text(c.predicted_change_pct),
-                 _pct_text(c.measured_change_pct), c.old_plan or "", c.new_plan or "",
-                 c.reason[:80]]
+        rows = [["❌" if c.regression else "", _cell(c.key), c.kind,
+                 _pct_text(c.predicted_change_pct), _pct_text(c.measured_change_pct),
+                 _cell(c.old_plan or ""), _cell(c.new_plan or ""), _cell(c.reason[:80])]
                 for c in sorted(shown, key=lambda c: (not c.regression, c.key))]
         lines += [tabulate(rows, headers=("", "setting", "change", "predicted", "measured",
                                           "old best plan", "new best plan", "reason"),
@@ -223,6 +227,12 @@ def render_markdown(cmp: Comparison, old_name: str, new_name: str) -> str:
     else:
         lines += ["Every setting matched within the threshold with the same best plan.", ""]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a '|' (setting keys join their parts with
+    it) would end the cell."""
+    return text.replace("|", "\\|")
 
 
 def _label(record: dict) -> str | None:

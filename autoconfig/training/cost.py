@@ -115,7 +115,10 @@ def parse_prices(text: str | None, resolve_gpu) -> dict[str, float]:
         if not sep or not name.strip() or not (math.isfinite(price) and price >= 0):
             raise InputError(f"invalid --price {item.strip()!r}: expected GPU=USD per GPU-hour, "
                              "a finite number >= 0 (e.g. h100=2.5), comma-separated")
-        prices[resolve_gpu(name.strip()).name] = price
+        gpu = resolve_gpu(name.strip()).name
+        if gpu in prices:
+            raise InputError(f"invalid --price {text!r}: {gpu} priced twice")
+        prices[gpu] = price
     return prices
 
 
