@@ -160,6 +160,16 @@ def test_disaggregated_rows_appear_beside_aggregated(capsys, tmp_path) -> None:
             assert used <= 16 and p["kv_transfer_ms"] > 0
 
 
+def test_disaggregated_serving_that_cannot_be_laid_out_is_said(capsys, tmp_path) -> None:
+    """One GPU holds no prefill pool beside a decode pool: the answer says so
+    instead of looking as if --disaggregated was not asked."""
+    code, out, err = run_cli(["infer", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "1",
+                              "--engine", "vllm", "--input-len", "512", "--output-len", "128",
+                              "--disaggregated", "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "disaggregated serving: no prefill pool and decode pool pair fits" in out
+
+
 @pytest.mark.parametrize("args,message", [
     (["--engine", "nope"], "--engine"),
     (["--engine", "fastertransformer", "--batching", "continuous"], "batches statically"),

@@ -418,6 +418,9 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                                max_batch)
         if not split.empty:
             kept = pd.concat([kept, split], ignore_index=True)
+        else:       # say so: the table would otherwise look as if it was not asked
+            rejected["disaggregated serving: no prefill pool and decode pool pair fits the "
+                     "GPUs and the limits"] = 1
     kept = rank(kept, objective)
     return InferenceSearchResult(model=model, workload=workload, cluster=cluster,
                                  objective=objective, limits=limits,
