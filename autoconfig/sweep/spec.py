@@ -34,7 +34,7 @@ from autoconfig.textfile import read_text
 from autoconfig.yamlio import SAFE_LOADER
 
 from autoconfig.core.plan import PRECISIONS
-from autoconfig.errors import InputError
+from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, InputError, shown
 
 MODES = ("predict", "profile")
 OBJECTIVES = ("throughput", "memory")
@@ -45,6 +45,12 @@ DEFAULTS = {"gbs": "auto", "seq_len": "auto", "precision": "bf16", "stack": "meg
 TOP_KEYS = ("name", "description", "matrix", "settings", "gpus_per_node", "profile", "tokens")
 INLINE_KEYS = ("name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "swiglu",
                "seq_len")
+INLINE_COUNTS = {"layers": MAX_COUNT, "hidden": MAX_COUNT, "heads": MAX_COUNT,
+                 "kv_heads": MAX_COUNT, "ffn": MAX_COUNT, "vocab": MAX_COUNT,
+                 "seq_len": MAX_SEQ_LEN}
+"""The inline shape's integer keys and their largest value (as the CLI's flags)."""
+INLINE_FLAGS = ("swiglu",)
+"""The inline shape's switches: a YAML true or false, never a string or number."""
 NUMBER_OVERRIDES = ("moe_imbalance", "moe_capacity_factor")
 """The stack overrides that take a number; the switches take a bool, the rest a name."""
 PROFILE_KEYS = {"device": str, "executor": str, "top_k": int, "max_steps": int,
@@ -52,6 +58,10 @@ PROFILE_KEYS = {"device": str, "executor": str, "top_k": int, "max_steps": int,
                 "partition": str, "account": str, "qos": str, "time_limit": int,
                 "profile_objective": str, "max_runs": int, "tolerance": float,
                 "measurements": str}
+PROFILE_POSITIVE = ("top_k", "max_steps", "max_minutes", "max_parallel", "time_limit",
+                    "max_runs")
+"""Profile counts that must be at least 1 (as ProfileOptions checks the CLI's);
+warmup_steps may be 0."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +183,10 @@ def parse_sweep(data, where: str = "sweep", default_name: str = "sweep") -> Swee
     tokens = None
     if data.get("tokens") is not None:
         from autoconfig.units import parse_count
-        tokens = parse_count(str(data["tokens"]), what="tokens")
+        try:
+            tokens = parse_count(str(data["tokens"]), what="tokens")
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
     return SweepSpec(name=str(data.get("name") or default_name), settings=tuple(settings),
                      profile=profile, tokens=tokens)
 
@@ -200,8 +213,9 @@ def _setting(values: dict, where: str, gpn: int | None) -> Setting:
         if values.get(key) is None:
             raise InputError(f"{where}: missing {key!r}")
     nodes = values["nodes"]
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise InputError(f"{where}: invalid nodes {nodes!r}: must be a positive integer")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_COUNT:
+        raise InputError(f"{where}: invalid nodes {shown(nodes)}: must be a positive integer "
+                         f"up to {MAX_COUNT}")
     for key, allowed in (("precision", PRECISIONS), ("objective", OBJECTIVES), ("mode", MODES)):
         if values[key] not in allowed:
             raise InputError(f"{where}: invalid {key} {values[key]!r}: allowed are "
@@ -220,9 +234,10 @@ def _setting(values: dict, where: str, gpn: int | None) -> Setting:
         check_profilable(features, stack, "use stack megatron-lm or nemo, or mode predict",
                          f"{where}: ")
     gpu = _gpu_name(values["gpu"], where)
+    _check_gpus(gpu, nodes, gpn, where)
     return Setting(model=_model_ref(values["model"], where), gpu=gpu, nodes=nodes,
                    gbs=_auto_int(values["gbs"], f"{where}: gbs"),
-                   seq_len=_auto_int(values["seq_len"], f"{where}: seq_len"),
+                   seq_len=_auto_int(values["seq_len"], f"{where}: seq_len", MAX_SEQ_LEN),
                    precision=values["precision"], stack=stack, objective=values["objective"],
                    mode=values["mode"], gpus_per_node=gpn, overrides=overrides)
 
@@ -290,6 +305,15 @@ def _gpu_name(value, where: str) -> str:
         raise InputError(f"{where}: gpu: {exc}") from None
 
 
+def _check_gpus(gpu: str, nodes: int, gpn: int | None, where: str) -> None:
+    """The cluster stays within MAX_COUNT GPUs, as the CLI's cluster does."""
+    from autoconfig.core.catalog import get_gpu
+    per_node = gpn or get_gpu(gpu).gpus_per_node
+    if nodes * per_node > MAX_COUNT:
+        raise InputError(f"{where}: invalid nodes {nodes} x gpus_per_node {per_node}: "
+                         f"at most {MAX_COUNT} GPUs")
+
+
 def _model_ref(value, where: str) -> ModelRef:
     """A name (``llama3-8b``), {model, size}, or an inline shape mapping; checked
     against the catalog now so a typo fails before anything runs."""
@@ -301,6 +325,8 @@ def _model_ref(value, where: str) -> ModelRef:
                 raise InputError(f"{where}: model: unknown key {key!r}: allowed are model and "
                                  f"size (a catalog model) or {', '.join(INLINE_KEYS)} (an "
                                  "inline shape)")
+        if "model" not in value:
+            _inline_shape(value, f"{where}: model")
     try:
         if isinstance(value, str):
             get_model(value)
@@ -312,12 +338,25 @@ def _model_ref(value, where: str) -> ModelRef:
         if isinstance(value, dict):
             resolve_model(None, None, value.get("layers"), value.get("hidden"),
                           value.get("heads"), value.get("kv_heads"), value.get("ffn"),
-                          value.get("vocab"), bool(value.get("swiglu")), value.get("seq_len"))
+                          value.get("vocab"), value.get("swiglu", False), value.get("seq_len"))
             return ModelRef(shape=tuple(sorted(value.items())))
     except InputError as exc:
         raise InputError(f"{where}: model: {exc}") from None
     raise InputError(f"{where}: invalid model {value!r}: expected a catalog name, "
                      "{model: NAME, size: SIZE} or an inline shape {layers, hidden, heads, vocab}")
+
+
+def _inline_shape(value: dict, where: str) -> None:
+    """The inline shape's values, each named by the key the user wrote: counts
+    are integers from 1 to their bound, switches true or false."""
+    for key, item in value.items():
+        if key in INLINE_COUNTS:
+            high = INLINE_COUNTS[key]
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= high:
+                raise InputError(f"{where}: invalid {key} {shown(item)}: must be a positive "
+                                 f"integer up to {high}")
+        elif key in INLINE_FLAGS and not isinstance(item, bool):
+            raise InputError(f"{where}: invalid {key} {shown(item)}: must be true or false")
 
 
 def _profile(data, where: str) -> dict:
@@ -327,19 +366,30 @@ def _profile(data, where: str) -> dict:
     out = {}
     for key, value in data.items():
         kind = PROFILE_KEYS[key]
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise InputError(f"{where}: invalid {key} {value!r}: must be a non-negative integer")
+        if kind is int:
+            low = 1 if key in PROFILE_POSITIVE else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                what = "a positive integer" if low else "a non-negative integer"
+                raise InputError(f"{where}: invalid {key} {shown(value)}: must be {what}")
         if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))
                               or not 0 <= value < 1):
-            raise InputError(f"{where}: invalid {key} {value!r}: must be a fraction from 0 to "
+            raise InputError(f"{where}: invalid {key} {shown(value)}: must be a fraction from 0 to "
                              "below 1")
         out[key] = kind(value)
-    if out.get("device", "cpu") not in ("cpu", "cuda"):
-        raise InputError(f"{where}: invalid device {out['device']!r}: allowed are cuda, cpu")
-    executors = ("local", "slurm", "replay")
-    if out.get("executor", "local") not in executors:
-        raise InputError(f"{where}: invalid executor {out['executor']!r}: allowed are "
-                         f"{', '.join(executors)}")
+    from autoconfig.profiling import executors
+    from autoconfig.profiling.rank import OBJECTIVES as PROFILE_OBJECTIVES
+    from autoconfig.profiling.spec import DEVICES
+    for key, allowed in (("device", DEVICES), ("executor", executors.names()),
+                         ("profile_objective", PROFILE_OBJECTIVES)):
+        if key in out and out[key] not in allowed:
+            raise InputError(f"{where}: invalid {key} {shown(out[key])}: allowed are "
+                             f"{', '.join(allowed)}")
+    if out.get("executor") == "replay":
+        from autoconfig.profiling.executors.replay import load_measurements
+        try:
+            load_measurements(out.get("measurements"))
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
     return out
 
 
@@ -349,11 +399,12 @@ def _unknown(data: dict, allowed: tuple, where: str, what: str) -> None:
             raise InputError(f"{where}: unknown {what} {key!r}: allowed are {', '.join(allowed)}")
 
 
-def _auto_int(value, where: str) -> int | None:
+def _auto_int(value, where: str, high: int = MAX_COUNT) -> int | None:
     if value is None or value == "auto":
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{where}: invalid value {value!r}: a positive integer or auto")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise InputError(f"{where}: invalid value {shown(value)}: a positive integer up to "
+                         f"{high}, or auto")
     return value
 
 
