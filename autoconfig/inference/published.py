@@ -51,7 +51,14 @@ METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
 SEED_SOURCE = "SI01"
 LEGACY_ENGINE = "fastertransformer"
-"""Engine of rows that name none: the seed's points, measured with FasterTransformer."""
+"""Engine of rows that name none: the seed's points, measured with FasterTransformer.
+Only rows of ``SEED_SOURCE`` default to it; another row with a blank engine is not asked."""
+COUNTS = ("tp", "pp", "ep", "num_gpus", "batch", "clients", "num_requests", "decode_steps",
+          "max_batched_tokens", "kv_cache_tokens", "cuda_graph_max_batch")
+"""Columns that hold counts: positive whole numbers when given."""
+MEASURED = ("ttft_ms", "tpot_ms", "latency_ms", "throughput_tokens_per_s",
+            "throughput_samples_per_s")
+"""Columns that hold measured figures: positive finite numbers when given."""
 MIN_GROUP = 3
 TARGET_PCT = {"ttft": 15.0, "latency": 12.0, "throughput": 15.0}
 """Per-engine MAPE targets (the inference realism issue's 'done when'), each
@@ -77,22 +84,27 @@ def default_points_path() -> Path:
 
 
 def load_points(path: Path) -> pd.DataFrame:
-    """The points table: a UTF-8 CSV file with ``COLUMNS`` (InputError naming the
-    file when it is not one); optional columns filled with NaN."""
+    """The points table: a UTF-8 CSV file with ``COLUMNS`` and ``engine`` (InputError
+    naming the file when it is not one); optional columns filled with NaN. Only a
+    blank cell is NaN (not given): a cell that reads 'nan' or 'NA' stays text, so
+    that a point giving it is reported (``_number``), not read as blank."""
     text = read_text(path, "points file")
     try:
-        points = pd.read_csv(io.StringIO(text))
+        points = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"points file {path}: not a CSV table "
                          f"({str(exc).splitlines()[0][:120] if str(exc) else 'empty'})") from None
-    missing = [c for c in COLUMNS if c not in points.columns]
+    missing = [c for c in (*COLUMNS, "engine") if c not in points.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
     for column in OPTIONAL:
         if column not in points.columns:
             points[column] = np.nan
-    for column, default in (("engine", LEGACY_ENGINE), ("batching", "static")):
-        points[column] = points[column].astype(object).where(points[column].notna(), default)
+    seed = points["source_id"].astype(str).str.strip() == SEED_SOURCE
+    points["engine"] = points["engine"].astype(object).where(points["engine"].notna() | ~seed,
+                                                             LEGACY_ENGINE)
+    points["batching"] = points["batching"].astype(object).where(points["batching"].notna(),
+                                                                 "static")
     return points
 
 
@@ -102,22 +114,56 @@ def _number(row, column: str) -> float | None:
     never read as blank."""
     value = getattr(row, column, None)
     number, text = optional_float(value), _cell(value)
-    if number is None and text not in (None, "nan"):
+    if number is None and text is not None:
         raise InputError(f"invalid {column} {str(value).strip()!r}: not a number")
     return number
 
 
-def _whole(value: float | None) -> int | None:
-    return None if value is None else int(value)
+def _whole(row, column: str) -> int | None:
+    """The count cell ``column`` of a point (``COUNTS``); None when blank. Not a
+    positive whole number: an InputError naming it (never truncated, nor read as blank)."""
+    number = _number(row, column)
+    if number is None:
+        return None
+    if not (math.isfinite(number) and number > 0 and number == int(number)):
+        raise InputError(f"invalid {column} {number:g}: must be a positive whole number")
+    return int(number)
+
+
+def _measured(row, column: str) -> float | None:
+    """The measured figure ``column`` of a point (``MEASURED``); None when blank, an
+    InputError naming it when it is not a positive finite number."""
+    number = _number(row, column)
+    if number is not None and not (math.isfinite(number) and number > 0):
+        raise InputError(f"invalid {column} {number:g}: must be a positive finite number "
+                         "(blank: not measured)")
+    return number
 
 
 def _layout(row) -> tuple[int, int, int, int, int]:
     """(tp, pp, GPUs, replicas, ep) of a point; blank TP, PP or EP is 1 (a replica
     holds every expert, as a run that states no expert parallelism ran), blank
-    GPUs tp x pp."""
-    tp, pp = int(_number(row, "tp") or 1), int(_number(row, "pp") or 1)
-    gpus = int(_number(row, "num_gpus") or tp * pp)
-    return tp, pp, gpus, max(1, gpus // (tp * pp)), int(_number(row, "ep") or 1)
+    GPUs tp x pp. GPUs that are not a whole number of tp x pp replicas: InputError."""
+    tp, pp = _whole(row, "tp") or 1, _whole(row, "pp") or 1
+    ep, gpus = _whole(row, "ep") or 1, _whole(row, "num_gpus") or tp * pp
+    if gpus % (tp * pp):
+        raise InputError(f"invalid num_gpus {gpus}: must be a whole number of replicas of "
+                         f"tp x pp = {tp * pp} GPUs")
+    return tp, pp, gpus, gpus // (tp * pp), ep
+
+
+def _check(row) -> None:
+    """The cells ``ask`` and ``_scored`` read without asking: the engine named (or
+    the seed's default), counts, layout and measured figures (InputError naming
+    the column)."""
+    if _cell(row.engine) is None:
+        raise InputError(f"no engine given: only points of the seed source {SEED_SOURCE} "
+                         f"default to {LEGACY_ENGINE}")
+    for column in COUNTS:
+        _whole(row, column)
+    _layout(row)
+    for column in MEASURED:
+        _measured(row, column)
 
 
 def ask(row) -> pd.Series:
@@ -132,20 +178,23 @@ def ask(row) -> pd.Series:
     on running sequences of one replica that the source ran with."""
     model = get_model(str(row.model))
     gpu = get_gpu(str(row.gpu))
-    steps, budget, pool, share, graphs = (_number(row, c) for c in (
-        "decode_steps", "max_batched_tokens", "kv_cache_tokens", "kv_memory_fraction",
-        "cuda_graph_max_batch"))
-    engine = engines.configured(str(row.engine), _whole(steps),
+    _check(row)
+    steps, budget, pool, graphs = (_whole(row, c) for c in (
+        "decode_steps", "max_batched_tokens", "kv_cache_tokens", "cuda_graph_max_batch"))
+    engine = engines.configured(str(row.engine), steps,
                                 _flag_cell("mixed_prefill", row.mixed_prefill),
                                 _flag_cell("chunked_prefill", row.chunked_prefill),
-                                _whole(budget), _whole(pool), _cell(row.kv_policy),
-                                share, _flag_cell("overlap_schedule", row.overlap_schedule),
-                                _whole(graphs))
+                                budget, pool, _cell(row.kv_policy),
+                                _number(row, "kv_memory_fraction"),
+                                _flag_cell("overlap_schedule", row.overlap_schedule), graphs)
     tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [_number(row, "input_len_tokens"), _number(row, "output_len_tokens")]
     if None in lengths:
         raise InputError("no mean input or output length published")
+    for column, length in zip(("input_len_tokens", "output_len_tokens"), lengths):
+        if not math.isfinite(length):
+            raise InputError(f"invalid {column} {length:g}: must be a finite token count")
     if min(lengths) <= 0:
         raise InputError(f"invalid lengths {lengths[0]:g} in / {lengths[1]:g} out: must be "
                          "positive token counts")
@@ -157,22 +206,28 @@ def ask(row) -> pd.Series:
                                  _number(row, "output_len_std_tokens") or 0.0,
                                  _length_law(row.length_dist))
     engines.check_precision(engine, workload.precision)
-    batch, rate = _number(row, "batch"), _number(row, "request_rate_per_s")
-    requests, clients = _number(row, "num_requests"), _number(row, "clients")
+    batch, rate = _whole(row, "batch"), _number(row, "request_rate_per_s")
+    requests, clients = _whole(row, "num_requests"), _whole(row, "clients")
+    if rate is not None and not rate > 0:
+        raise InputError(f"invalid request_rate_per_s {rate:g}: must be a positive rate "
+                         "(inf: all requests at once)")
     limits = Limits(_number(row, "limit_ttft_ms"), _number(row, "limit_tpot_ms"),
                     statistic=_cell(row.limit_statistic) or "mean")
-    cap = None if batch is None else int(batch)
+    cap = batch
     mode, job, pins = "continuous", None, Pins((tp,), (pp,), ep=(ep,))
     if str(row.batching) != "continuous":
-        mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (int(batch),), (ep,))
+        if batch is None:
+            raise InputError("no batch given: a static point needs batch, a positive "
+                             "whole number")
+        mode, rate, cap, pins = "static", None, None, Pins((tp,), (pp,), (batch,), (ep,))
     elif requests is not None and limits.latency_bound:
         # The published rate is the submitter's answer to "the largest rate meeting
         # these limits" (MLPerf Server, Interactive): ask that question
         # (--request-rate max); the rate is scored through the throughput.
-        rate, job = None, Job(int(requests), None, None, rate_search=True)
+        rate, job = None, Job(requests, None, None, rate_search=True)
     elif requests is not None:
         arriving = rate if rate is not None and math.isfinite(rate) else None
-        rate, job = None, Job(int(requests), None if clients is None else int(clients), arriving)
+        rate, job = None, Job(requests, clients, arriving)
     elif rate is not None and math.isfinite(rate):
         pass
     elif clients is not None:
@@ -241,22 +296,23 @@ def validate_points(points: pd.DataFrame, path: Path) -> ValidationResult:
 
 def _scored(row, pred) -> dict:
     tp, pp, gpus, _, _ = _layout(row)
-    tokens = optional_float(row.throughput_tokens_per_s)
-    samples = optional_float(row.throughput_samples_per_s)
+    tokens = _measured(row, "throughput_tokens_per_s")
+    samples = _measured(row, "throughput_samples_per_s")
     if tokens is None and samples is not None:
-        tokens = samples * int(row.output_len_tokens)
+        tokens = samples * int(_number(row, "output_len_tokens"))
     scored = {"point_id": row.point_id, "source_id": row.source_id, "engine": row.engine,
               "model": row.model, "gpu": row.gpu, "tp": tp, "pp": pp,
-              "batch": row.batch, "num_gpus": gpus, "batching": row.batching,
-              "input_len_tokens": row.input_len_tokens,
-              "output_len_tokens": row.output_len_tokens, "precision": row.precision,
+              "batch": _number(row, "batch"), "num_gpus": gpus, "batching": row.batching,
+              "input_len_tokens": _number(row, "input_len_tokens"),
+              "output_len_tokens": _number(row, "output_len_tokens"),
+              "precision": row.precision,
               "predicted_batch": int(pred.batch),
               "published_samples_per_s": samples,
               "predicted_samples_per_s": float(pred.requests_per_s_total),
               "predicted_load": float(pred.get("load_fraction", math.nan)),
               "published_tokens_per_s_per_gpu": None if tokens is None else tokens / gpus}
     for name, published, predicted in METRICS:
-        measured = optional_float(getattr(row, published, None)) if name != "throughput" \
+        measured = _measured(row, published) if name != "throughput" \
             else scored["published_tokens_per_s_per_gpu"]
         value = float(getattr(pred, predicted))
         column = _median_column(row, name)
@@ -304,6 +360,8 @@ def _seed_order(table: pd.DataFrame) -> bool | None:
 def metric_figures(table: pd.DataFrame) -> list[tuple]:
     """(engine, metric, points, MAPE %, median predicted/measured) per engine and metric."""
     figures = []
+    if table.empty:
+        return figures
     for engine, group in table.groupby("engine"):
         for name, _, _ in METRICS:
             errors = group[f"{name}_error_pct"].dropna().astype(float)
