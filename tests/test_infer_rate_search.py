@@ -138,6 +138,9 @@ def test_cli_prints_the_rate_found(capsys, tmp_path) -> None:
     (["--num-requests", "10", "--request-rate", "fast"], "invalid --request-rate 'fast'"),
     (["--max-ttft-ms", "400", "--limit-statistic", "p99"], "give --num-requests"),
     (["--num-requests", "10", "--limit-statistic", "p95"], "p95"),
+    # a percentile of no limit was ignored
+    (["--num-requests", "10", "--limit-statistic", "p99"],
+     "--limit-statistic p99 says what the latency limits bound, and none is given"),
     (["--num-requests", "10", "--request-rate", "max", "--concurrency", "4",
       "--max-ttft-ms", "400"], "not both"),
 ])

@@ -370,6 +370,10 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     if limits.statistic != "mean" and job is None:
         raise InputError(f"--limit-statistic {limits.statistic} bounds a percentile over a "
                          "job's requests: give --num-requests (steady state has means only)")
+    if limits.statistic != "mean" and not limits.latency_bound:
+        raise InputError(f"--limit-statistic {limits.statistic} says what the latency limits "
+                         "bound, and none is given: add --max-ttft-ms, --max-tpot-ms or "
+                         "--max-latency-ms")
     if job is not None and job.rate_search and not limits.latency_bound:
         raise InputError("--request-rate max needs a latency limit to search against: "
                          "--max-ttft-ms, --max-tpot-ms or --max-latency-ms")
