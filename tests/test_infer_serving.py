@@ -174,6 +174,9 @@ def test_disaggregated_serving_that_cannot_be_laid_out_is_said(capsys, tmp_path)
     (["--engine", "nope"], "--engine"),
     (["--engine", "fastertransformer", "--batching", "continuous"], "batches statically"),
     (["--batch", "4", "--concurrency", "8"], "either --batch"),
+    # a bound of the search with nothing searched was ignored
+    (["--concurrency", "64", "--max-batch", "8"], "--max-batch bounds the batches"),
+    (["--batch", "4", "--max-batch", "8"], "--max-batch bounds the batches"),
     (["--tp", "3"], "invalid --tp 3"),
     (["--pp", "7"], "invalid --pp 7"),
     (["--ep", "2"], "invalid --ep 2: llama3-70b has no experts"),

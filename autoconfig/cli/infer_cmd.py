@@ -254,6 +254,9 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if batch and concurrency:
         raise InputError("give either --batch (static batches) or --concurrency (continuous "
                          "batching), not both")
+    if max_batch is not None and (batch or concurrency) and num_requests is None:
+        raise InputError("--max-batch bounds the batches or concurrencies searched: with "
+                         "--batch or --concurrency given there is none to search (drop one)")
     if concurrency and batching == "static":
         raise InputError("--concurrency needs --batching continuous (static batches take "
                          "--batch)")
