@@ -6,7 +6,8 @@ shipped points (the whole file takes minutes)."""
 import pandas as pd
 import pytest
 
-from autoconfig.inference.published import ValidationResult, default_points_path, targets
+from autoconfig.inference.published import ValidationResult, default_points_path
+from autoconfig.validation.serving_targets import serving_targets
 from cli_runner import run_cli
 
 STATIC = ("I001", "I003")           # FasterTransformer static batches (SI01)
@@ -54,7 +55,7 @@ def test_a_file_where_no_point_is_asked_says_so(capsys, tmp_path, engine) -> Non
 def test_targets_of_an_empty_table_are_none() -> None:
     empty = ValidationResult(table=pd.DataFrame(), seed_order_holds=None,
                              skipped=pd.DataFrame(columns=["point_id", "source_id", "reason"]))
-    assert targets(empty) == []
+    assert serving_targets(empty) == []
 
 
 @pytest.mark.parametrize("ids, point, source, column, value, reason", [

@@ -347,10 +347,13 @@ def _echo_published(result) -> None:
 def infer_validate(points_path: Path | None, check: bool) -> None:
     """Predict every published inference point and print the error of each,
     whether the predicted orderings by throughput match, and which targets are met."""
-    from autoconfig.inference.published import format_report, targets, validate
+    from autoconfig.inference.published import format_report, validate
+    from autoconfig.validation.scoring import format_targets
+    from autoconfig.validation.serving_targets import serving_targets
 
     result = validate(points_path)
-    click.echo(format_report(result))
-    if check and not all(met for *_, met in targets(result)):
+    targets = serving_targets(result)
+    click.echo("\n".join([format_report(result), "", *format_targets(targets)]))
+    if check and not all(met for *_, met in targets):
         click.echo("error: inference validation targets missed (see Targets above)", err=True)
         sys.exit(1)

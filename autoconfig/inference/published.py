@@ -60,10 +60,6 @@ MEASURED = ("ttft_ms", "tpot_ms", "latency_ms", "throughput_tokens_per_s",
             "throughput_samples_per_s")
 """Columns that hold measured figures: positive finite numbers when given."""
 MIN_GROUP = 3
-TARGET_PCT = {"ttft": 15.0, "latency": 12.0, "throughput": 15.0}
-"""Per-engine MAPE targets (the inference realism issue's 'done when'), each
-held by every engine with at least ``TARGET_MIN_POINTS`` points of the metric."""
-TARGET_MIN_POINTS = 10
 
 
 @dataclass(frozen=True)
@@ -391,23 +387,6 @@ def group_spearman(table: pd.DataFrame) -> tuple[float | None, int]:
     return float(np.average(values, weights=weights)), len(values)
 
 
-def targets(result: "ValidationResult") -> list[tuple]:
-    """(name, value, Target, met) per engine and targeted metric with enough points,
-    and the seed points' order (``autoconfig.validation.scoring.format_targets`` rows)."""
-    from autoconfig.validation.scoring import Target
-    rows = []
-    for engine, metric, points, mape, _ in metric_figures(result.table):
-        if metric in TARGET_PCT and points >= TARGET_MIN_POINTS:
-            target = Target("<=", TARGET_PCT[metric])
-            rows.append((f"{metric} MAPE {engine} ({points} points)", mape, target,
-                         target.met(mape)))
-    if result.seed_order_holds is not None:
-        held = 1.0 if result.seed_order_holds else 0.0
-        rows.append(("seed points' order by throughput per GPU holds (1 = yes)", held,
-                     Target(">=", 1.0, percent=False), bool(result.seed_order_holds)))
-    return rows
-
-
 def point_rows(t: pd.DataFrame) -> str:
     def cell(value, fmt):
         return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
@@ -425,7 +404,6 @@ def point_rows(t: pd.DataFrame) -> str:
 
 
 def format_report(result: ValidationResult) -> str:
-    from autoconfig.validation.scoring import format_targets
     t = result.table
     figures = metric_figures(t) if not t.empty else []
     rho, groups = group_spearman(t) if not t.empty else (None, 0)
@@ -442,8 +420,7 @@ def format_report(result: ValidationResult) -> str:
              f"seed points' order by throughput per GPU (GPT-3 175B, TP8 PP4 b64 > TP8 PP8 "
              f"b64 > TP8 PP8 b4): {order}",
              "nothing is fitted to these points: leave-one-source-out figures equal the "
-             "in-sample ones", "",
-             *format_targets(targets(result))]
+             "in-sample ones"]
     return "\n".join(lines)
 
 
