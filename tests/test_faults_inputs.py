@@ -200,3 +200,20 @@ def test_model_file_booleans_must_be_true_or_false(tmp_path, capsys):
     code, _, err = run_cli(["estimate", "--model", str(path), "--gpu", "h100", "--gpus", "8",
                             "--gbs", "16"], capsys)
     _one_line_error(code, err, str(path), "'tied_embeddings'", "'maybe'", "true or false")
+
+
+# ---------------------------------------------------------------- an empty output folder
+
+
+@pytest.mark.parametrize("argv", [
+    INFER, CAPACITY,
+    ["search", "--model", "tiny", "--gpus", "8", "--no-plots"],
+    ["sweep", str(Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "ci-small.yaml")],
+])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_output_folder_is_refused_not_read_as_the_default(argv, value, capsys,
+                                                                    tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli([*argv, "-o", value], capsys)
+    _one_line_error(code, err, f"invalid -o {value!r}", "give a folder")
+    assert not (tmp_path / "autoconfig-out").exists()

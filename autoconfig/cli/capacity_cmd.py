@@ -8,7 +8,7 @@ import click
 
 from autoconfig.atomic import write_atomic
 from autoconfig.base.hyperparams import default_global_batch_size
-from autoconfig.cli.options import (BATCH, SEQ_LEN, ListOrAuto,
+from autoconfig.cli.options import (BATCH, OUTPUT_DIR, SEQ_LEN, ListOrAuto,
                                     model_options, moe_shape_options, pop_layers,
                                     pop_software, positive_int, stack_options)
 from autoconfig.core import catalog
@@ -59,7 +59,7 @@ EXIT_NOTHING_FEASIBLE = 1
 @click.option("--grid-kg-per-kwh", type=float,
               help="Grid carbon intensity in kg CO2 per kWh (no default: no CO2 without it).")
 @click.option("--no-plots", is_flag=True, help="Do not write PNG plots (matplotlib not loaded).")
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+@click.option("-o", "--output-dir", type=OUTPUT_DIR,
               help="Report folder (default ./autoconfig-out/capacity-<model>).")
 def capacity(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu_types,
              node_counts, gpu_counts, gpus_per_node, tokens, gbs, seq_len, precision, output_dir,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from autoconfig.cli.options import (IntListOrAuto, RateOrMax,
+from autoconfig.cli.options import (OUTPUT_DIR, IntListOrAuto, RateOrMax,
                                     model_options)
 from autoconfig.core import catalog
 from autoconfig.core.catalog import resolve_model
@@ -179,7 +179,7 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               show_default=True)
 @click.option("--plots/--no-plots", default=True, show_default=True,
               help="Write the Pareto front PNG (needs matplotlib).")
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+@click.option("-o", "--output-dir", type=OUTPUT_DIR,
               help="Report folder (default ./autoconfig-out/<model>-<gpu>-infer).")
 @click.option("--profile", is_flag=True,
               help="Prove it: run megatron-core static inference for the top layouts and rank "

@@ -72,6 +72,24 @@ class Count(click.types.IntParamType):
         return number
 
 
+class OutputDir(click.Path):
+    """A report folder; an empty value is refused: it read as "not given" and the
+    report went to the default folder."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            raise InputError(f"invalid {flag} {value!r}: give a folder, or leave {flag} out "
+                             "for the default one")
+        return super().convert(value, param, ctx)
+
+
+OUTPUT_DIR = OutputDir()
+
+
 def _float(value) -> float | None:
     """``value`` (an option's text, or a default already a number) as a float, or
     None when it is not a number."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from autoconfig.cli.options import (BATCH, SEQ_LEN, model_options, moe_shape_options,
+from autoconfig.cli.options import (BATCH, OUTPUT_DIR, SEQ_LEN, model_options, moe_shape_options,
                                     narrowing_options, pop_layers, pop_software, stack_options)
 from autoconfig.cli.profile_opts import pop_profile_options, profile_options
 from autoconfig.core.plan import PRECISIONS
@@ -75,7 +75,7 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
 @click.option("--container-image", help="pyxis/enroot image for launch.sbatch (default: none).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text: tables; json: machine-readable (also best.json).")
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+@click.option("-o", "--output-dir", type=OUTPUT_DIR,
               help="Report folder (default ./autoconfig-out/<model>-<gpu>-<nodes>n).")
 def search(**options) -> None:
     """Rank every valid parallel layout (TP/PP/VP/CP/DP/SP, micro-batch,

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import click
 
+from autoconfig.cli.options import OUTPUT_DIR
+
 EXIT_REGRESSION = 1
 EXIT_ALL_FAILED = 1
 
 
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+@click.option("-o", "--output-dir", type=OUTPUT_DIR,
               help="Run directory (default ./autoconfig-out/sweeps/<UTC timestamp>). Running "
                    "again into the same directory resumes it.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
