@@ -4,7 +4,6 @@ Command modules (``*_cmd.py``) import this module and the library, never each
 other. Values are parsed here; what they mean is decided in the library.
 """
 
-
 import click
 
 from autoconfig.core.plan import RECOMPUTE_KINDS

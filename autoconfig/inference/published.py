@@ -53,9 +53,6 @@ SEED_SOURCE = "SI01"
 LEGACY_ENGINE = "fastertransformer"
 """Engine of rows that name none: the seed's points, measured with FasterTransformer.
 Only rows of ``SEED_SOURCE`` default to it; another row with a blank engine is not asked."""
-COUNTS = ("tp", "pp", "ep", "num_gpus", "batch", "clients", "num_requests", "decode_steps",
-          "max_batched_tokens", "kv_cache_tokens", "cuda_graph_max_batch")
-"""Columns that hold counts: positive whole numbers when given."""
 MEASURED = ("ttft_ms", "tpot_ms", "latency_ms", "throughput_tokens_per_s",
             "throughput_samples_per_s")
 """Columns that hold measured figures: positive finite numbers when given."""
@@ -116,7 +113,7 @@ def _number(row, column: str) -> float | None:
 
 
 def _whole(row, column: str) -> int | None:
-    """The count cell ``column`` of a point (``COUNTS``); None when blank. Not a
+    """The count cell ``column`` of a point (tp, batch, clients...); None when blank. Not a
     positive whole number: an InputError naming it (never truncated, nor read as blank)."""
     number = _number(row, column)
     if number is None:
@@ -149,15 +146,13 @@ def _layout(row) -> tuple[int, int, int, int, int]:
 
 
 def _check(row) -> None:
-    """The cells ``ask`` and ``_scored`` read without asking: the engine named (or
-    the seed's default), counts, layout and measured figures (InputError naming
-    the column)."""
+    """What ``ask`` does not read before predicting, checked first so that a bad
+    cell costs no prediction: the engine named (or the seed's default) and the
+    measured figures ``_scored`` reads after it (InputError naming the column).
+    The counts ``ask`` reads itself, through ``_whole`` and ``_layout``."""
     if _cell(row.engine) is None:
         raise InputError(f"no engine given: only points of the seed source {SEED_SOURCE} "
                          f"default to {LEGACY_ENGINE}")
-    for column in COUNTS:
-        _whole(row, column)
-    _layout(row)
     for column in MEASURED:
         _measured(row, column)
 

@@ -306,12 +306,17 @@ def _gpu_name(value, where: str) -> str:
 
 
 def _check_gpus(gpu: str, nodes: int, gpn: int | None, where: str) -> None:
-    """The cluster stays within MAX_COUNT GPUs, as the CLI's cluster does."""
+    """The setting's cluster is one the CLI's could be (``core.hardware.Cluster``
+    decides), named in the sweep file's keys."""
     from autoconfig.core.catalog import get_gpu
-    per_node = gpn or get_gpu(gpu).gpus_per_node
-    if nodes * per_node > MAX_COUNT:
+    from autoconfig.core.hardware import Cluster
+    spec = get_gpu(gpu)
+    per_node = gpn or spec.gpus_per_node
+    try:
+        Cluster(gpu=spec, nodes=nodes, gpus_per_node=per_node)
+    except InputError:
         raise InputError(f"{where}: invalid nodes {nodes} x gpus_per_node {per_node}: "
-                         f"at most {MAX_COUNT} GPUs")
+                         f"at most {MAX_COUNT} GPUs") from None
 
 
 def _model_ref(value, where: str) -> ModelRef:
