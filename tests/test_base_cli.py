@@ -123,6 +123,55 @@ def test_bad_input_is_one_line_exit_2(args, names):
     assert "Traceback" not in stderr and stdout == ""
 
 
+
+@pytest.mark.parametrize("args, message", [
+    (BUDGET + ("--nodes", "0"), "invalid --nodes 0: must be a whole number in [1, 1048576]"),
+    (BUDGET + ("--nodes", "2000000"),
+     "invalid --nodes 2000000: must be a whole number in [1, 1048576]"),
+    (("--size", "1.3b", "--gpus-per-node", "0"),
+     "invalid --gpus-per-node 0: must be a whole number in [1, 1048576]"),
+    (BUDGET + ("--gpus", "16", "--gpus-per-node", "-8"),
+     "invalid --gpus-per-node -8: must be a whole number in [1, 1048576]"),
+    (("--size", "1.3b", "--gpus-per-node", "2000000"),
+     "invalid --gpus-per-node 2000000: must be a whole number in [1, 1048576]"),
+    (("--gpu", "a100-80gb", "--nodes", "4", "--days", "0", "--tokens", "300b"),
+     "invalid --days 0: must be greater than 0 and finite"),
+    (("--size", "1.3b", "--seq-len", "0"),
+     "invalid --seq-len 0: must be a whole number in [1, 16777216]"),
+    (("--size", "1.3b", "--tflops-per-gpu", "-1"),
+     "invalid --tflops-per-gpu -1: must be greater than 0 and finite"),
+    (("--size", "1.3b", "--gpu", "h100", "--nodes", "1", "--tflops-per-gpu", "5000"),
+     "invalid --tflops-per-gpu 5000: must be in (0, 989], the bf16 peak of h100-80gb"),
+])
+def test_range_errors_share_the_bounds_message_form(args, message):
+    code, _, stderr = invoke_main("base", *args)
+    assert code == 2 and stderr == f"error: {message}\n"
+
+
+def test_mfu_is_checked_once_on_the_base_path(monkeypatch):
+    """The request check (config._validate) holds it, GPU or not; compute_rate
+    does not check it again."""
+    from autoconfig.base import budget, config
+    from autoconfig.bounds import check_number
+
+    checked = []
+
+    def counting(flag, value, allowed, why=""):
+        if flag == "--mfu":
+            checked.append(value)
+        return check_number(flag, value, allowed, *([why] if why else []))
+
+    def counting_optional(flag, value, allowed, why=""):
+        return None if value is None else counting(flag, value, allowed, why)
+
+    monkeypatch.setattr(budget, "check_number", counting)
+    monkeypatch.setattr(config, "check_optional", counting_optional)
+    code, _, stderr = invoke_main("base", "--size", "1.3b", "--gpu", "h100", "--nodes", "1",
+                                  "--mfu", "0.4")
+    assert code == 0, stderr
+    assert checked == [0.4]
+
+
 def test_bad_input_in_a_real_process():
     proc = run("--model", "gpt3", "--size", "17x")
     assert proc.returncode == 2

@@ -92,3 +92,18 @@ def test_published_batch_needs_its_source(tmp_path: Path) -> None:
         catalog.model_from_yaml(path)
     path.write_text(path.read_text() + "published_batch_tokens_source: our paper\n")
     assert catalog.model_from_yaml(path).published_batch_tokens == 65536
+
+
+@pytest.mark.parametrize("field, value, shown", [("layers", "abc", "'abc'"),
+                                                 ("hidden", 1024.5, "1024.5"),
+                                                 ("ffn", True, "True"),
+                                                 ("heads", 0, "0")])
+def test_an_inline_count_that_is_not_a_positive_integer_is_named(field, value, shown) -> None:
+    # A Python caller (or a file read without the CLI's types) may pass text or a
+    # fraction: it is named, before the default FFN width is computed from it.
+    shape = {"layers": 2, "hidden": 1024, "heads": 16, "kv_heads": None, "ffn": None,
+             "vocab": 1000, field: value}
+    with pytest.raises(InputError, match=f"invalid --{field} {shown}: must be a positive "
+                                         "integer"):
+        catalog.resolve_model(None, None, shape["layers"], shape["hidden"], shape["heads"],
+                              shape["kv_heads"], shape["ffn"], shape["vocab"], False, None)

@@ -3,8 +3,10 @@ user meets them on the command line: one line naming the file, never a
 traceback; and --no-plots honoured under --profile."""
 
 import contextlib
+import errno
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -210,6 +212,28 @@ def test_compare_with_a_corrupt_setting_record_is_one_line_naming_it(
     assert "no regression" not in out and "only in" not in out
     if "." in damage or damage == "best":   # a field of the wrong type is named
         assert f"'{damage}'" in err
+
+
+
+@pytest.mark.parametrize("code, advice", [
+    (errno.EROFS, "give a --markdown file in a writable folder"),
+    (errno.EACCES, "check its permissions or give another --markdown file"),
+    (errno.ENOSPC, "free space there or give another --markdown file"),
+])
+def test_compare_markdown_it_cannot_write_is_advised_by_its_own_option(
+        sweep_run, tmp_path, capsys, monkeypatch, code, advice):
+    # compare has no -o: the advice names the option that gave the file
+    monkeypatch.chdir(tmp_path)     # a short path: shown whole
+    summary = "summary.md"
+
+    def refuse(path, text, *args, **kwargs):
+        raise OSError(code, os.strerror(code), str(path))
+    monkeypatch.setattr("autoconfig.atomic.write_atomic", refuse)
+    exit_code, _, err = run_cli(["compare", str(sweep_run), str(sweep_run),
+                                 "--markdown", str(summary)], capsys)
+    assert exit_code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{os.strerror(code)}: {summary} ({advice})" in err
+    assert "-o)" not in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------- 5: --no-plots

@@ -19,7 +19,7 @@ the largest C within the budget.
 import math
 from dataclasses import dataclass
 
-from autoconfig.bounds import FRACTION, check_number
+from autoconfig.bounds import Range, check_number
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec, active_params, hardware_flops_per_token
@@ -136,12 +136,12 @@ def compute_rate(gpu: GPU, num_gpus: int, precision: str, full_recompute: bool,
     peak = gpu.peak_tflops(precision)
     kind = "hfu" if full_recompute else "mfu"
     if mfu is not None:
-        util, source = check_number("--mfu", mfu, FRACTION), "given (--mfu)"
+        # in (0, 1]: checked with the request (config._validate), GPU or not
+        util, source = float(mfu), "given (--mfu)"
     elif tflops_per_gpu is not None:
-        if not math.isfinite(tflops_per_gpu) or not 0 < tflops_per_gpu <= peak:
-            raise InputError(f"invalid --tflops-per-gpu {tflops_per_gpu}: must be in "
-                             f"(0, {peak:g}], the {precision} peak of {gpu.name}")
-        util, source = tflops_per_gpu / peak, f"given (--tflops-per-gpu {tflops_per_gpu:g})"
+        given = check_number("--tflops-per-gpu", tflops_per_gpu, Range(0, peak, low_open=True),
+                             f"the {precision} peak of {gpu.name}")
+        util, source = given / peak, f"given (--tflops-per-gpu {given:g})"
     else:
         default = default_utilisation(gpu.name, precision, full_recompute)
         util, source = float(default.value), default.source

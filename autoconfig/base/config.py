@@ -17,13 +17,13 @@ from typing import Any
 import yaml
 
 from autoconfig.atomic import write_atomic
-from autoconfig.bounds import FRACTION, check_optional
+from autoconfig.bounds import COUNT, FRACTION, POSITIVE, SEQ_LEN, check_optional
 from autoconfig.base.budget import (SECONDS_PER_DAY, ComputeRate, compute_rate,
                                     days_for_flops, flops_formula, flops_per_param_token,
                                     flops_per_token, max_params_chinchilla,
                                     max_params_for_tokens)
 from autoconfig.core.catalog import all_models, families, model_from_mapping
-from autoconfig.errors import MAX_COUNT, MAX_SEQ_LEN, CatalogError, InputError, shown
+from autoconfig.errors import CatalogError, InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.heuristics import Sourced, heuristic
 from autoconfig.base.hyperparams import (batch_sequences, gpt3_table, init_std, published_batch,
@@ -135,15 +135,6 @@ def parse_tokens(text: str | None) -> float | str | None:
                          "or 'chinchilla' (~20 tokens per parameter)") from None
 
 
-def _positive(name: str, value: float | None, most: int | None = None) -> None:
-    if value is None:
-        return
-    if most is not None and value > most:
-        raise InputError(f"invalid {name} {shown(value)}: must be at most {most}")
-    if value <= 0 or not math.isfinite(value):
-        raise InputError(f"invalid {name} {shown(value)}: must be a number greater than zero")
-
-
 def request_mode(req: BaseRequest) -> str:
     """``size`` when a size or one specific model is given (and no --days), else ``budget``."""
     if req.size is not None:
@@ -154,12 +145,14 @@ def request_mode(req: BaseRequest) -> str:
 
 
 def _validate(req: BaseRequest) -> None:
-    _positive("--nodes", req.nodes, MAX_COUNT)
-    _positive("--gpus-per-node", req.gpus_per_node, MAX_COUNT)
-    _positive("--days", req.days)
-    _positive("--tflops-per-gpu", req.tflops_per_gpu)     # its peak is checked with the GPU
+    check_optional("--nodes", req.nodes, COUNT)
+    check_optional("--gpus-per-node", req.gpus_per_node, COUNT)
+    check_optional("--days", req.days, POSITIVE)
+    # Checked here, GPU or not; the peak that bounds --tflops-per-gpu is checked
+    # with the GPU (budget.compute_rate).
+    check_optional("--tflops-per-gpu", req.tflops_per_gpu, POSITIVE)
     check_optional("--mfu", req.mfu, FRACTION)
-    _positive("--seq-len", req.seq_len, MAX_SEQ_LEN)
+    check_optional("--seq-len", req.seq_len, SEQ_LEN)
     if req.precision is not None and req.precision not in PRECISIONS:
         raise InputError(f"invalid precision {req.precision!r}: allowed are "
                          f"{', '.join(PRECISIONS)}")

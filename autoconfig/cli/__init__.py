@@ -90,9 +90,20 @@ FAULT_ADVICE = {errno.ENOSPC: "free space there or give another output folder (-
 """What to do about each file-system error a command may meet."""
 
 
-def environment_fault(exc: OSError) -> str:
+def file_option_advice(option: str) -> dict[int, str]:
+    """``FAULT_ADVICE`` for a command whose output is one file, named by ``option``
+    (``compare --markdown FILE``), not a folder given with -o."""
+    return {**FAULT_ADVICE,
+            errno.ENOSPC: f"free space there or give another {option} file",
+            errno.EDQUOT: f"free space there or give another {option} file",
+            errno.EROFS: f"give a {option} file in a writable folder",
+            errno.EACCES: f"check its permissions or give another {option} file",
+            errno.EPERM: f"check its permissions or give another {option} file"}
+
+
+def environment_fault(exc: OSError, advice_by_errno: dict[int, str] = FAULT_ADVICE) -> str:
     """One line for an OSError: what failed, on which file, and the fix."""
     name = exc.filename if exc.filename is not None else "a file"
     what = exc.strerror or type(exc).__name__
-    advice = FAULT_ADVICE.get(exc.errno)
+    advice = advice_by_errno.get(exc.errno)
     return f"{what}: {name}" + (f" ({advice})" if advice else "")

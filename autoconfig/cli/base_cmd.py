@@ -7,6 +7,7 @@ import click
 from tabulate import tabulate
 
 from autoconfig.base import config as b
+from autoconfig.bounds import COUNT, check_optional
 from autoconfig.core.catalog import get_gpu
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import cluster_from_gpus
@@ -22,8 +23,8 @@ def build_request(model: str, size: str | None, gpu: str | None, nodes: int | No
     if size is not None:
         parse_count(size, what="size")  # '17x' fails here, before anything else
     gpu_spec = get_gpu(gpu) if gpu is not None else None
-    if gpus_per_node is not None and gpus_per_node < 1:
-        raise InputError(f"invalid --gpus-per-node {gpus_per_node}: must be at least 1")
+    # the request's own check (config._validate), needed here before --gpus is split
+    check_optional("--gpus-per-node", gpus_per_node, COUNT)
     if gpu_spec is not None and gpus_per_node is None:
         gpus_per_node = gpu_spec.gpus_per_node
     if gpus is not None:

@@ -83,14 +83,20 @@ def compare(old, new, threshold, either_way, markdown_file) -> None:
     or are in only one run. Exit status 1 when anything regressed beyond the
     threshold."""
     from autoconfig.atomic import write_atomic
+    from autoconfig.cli import environment_fault, file_option_advice
+    from autoconfig.errors import InputError
     from autoconfig.sweep.compare import compare_runs, load_run, render_markdown
 
     result = compare_runs(load_run(Path(old)), load_run(Path(new)), threshold, either_way)
     text = render_markdown(result, old, new)
     if markdown_file:
         path = Path(markdown_file)
-        previous = path.read_text() if path.is_file() else ""
-        write_atomic(path, previous + text)
+        try:
+            previous = path.read_text() if path.is_file() else ""
+            write_atomic(path, previous + text)
+        except OSError as exc:
+            # the default advice names -o, which compare does not have
+            raise InputError(environment_fault(exc, file_option_advice("--markdown"))) from exc
     click.echo(text)
     if result.regressions:
         sys.exit(EXIT_REGRESSION)

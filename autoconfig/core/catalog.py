@@ -5,6 +5,7 @@ Users may give a path to a YAML file of their own instead of a catalog name.
 """
 
 import difflib
+from numbers import Integral
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -366,6 +367,12 @@ def resolve_model(model: str | None, size: str | None, layers: int | None, hidde
     if missing:
         raise InputError(f"inline model shape needs {', '.join(missing)} "
                          "(with --layers --hidden --heads --vocab, optional --kv-heads --ffn)")
+    for flag, value in (*inline.items(), ("--kv-heads", kv_heads), ("--ffn", ffn)):
+        # before any arithmetic: a text or fractional count from a Python caller or a
+        # file is named, not a TypeError
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)
+                                  or value < 1):
+            raise InputError(f"invalid {flag} {shown(value)}: must be a positive integer")
     if ffn is None:
         ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
     data = {"name": f"custom-{layers}l-{hidden}h", "num_layers": layers, "hidden_size": hidden,
@@ -375,10 +382,6 @@ def resolve_model(model: str | None, size: str | None, layers: int | None, hidde
             "norm_kind": "rmsnorm" if swiglu else "layernorm",
             "position_embedding": "rope" if swiglu else "learned",
             "tied_embeddings": not swiglu, "has_bias": not swiglu}
-    for flag, value in (("--layers", layers), ("--hidden", hidden), ("--heads", heads),
-                        ("--kv-heads", kv_heads), ("--ffn", ffn), ("--vocab", vocab)):
-        if value is not None and value < 1:
-            raise InputError(f"invalid {flag} {value}: must be a positive integer")
     return model_from_mapping(data, default_name=data["name"], where="inline shape")
 
 

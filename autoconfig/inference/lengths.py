@@ -85,6 +85,17 @@ def check_length_dist(dist: object) -> None:
                          f"{', '.join(LENGTH_DISTS)}")
 
 
+def check_law_has_spread(dist: str | None, input_std_tokens: float,
+                         output_std_tokens: float) -> None:
+    """InputError when a length law is given (``dist``; None: not given) for
+    lengths without spread: every request would be the mean, and the law would
+    shape nothing."""
+    if dist is not None and not (input_std_tokens > 0 or output_std_tokens > 0):
+        raise InputError(f"--length-dist {dist} shapes spread lengths, and none is given: "
+                         "add --input-len-std or --output-len-std above 0, or a --dataset "
+                         "with spreads (or drop --length-dist)")
+
+
 def check_rate(rate_per_s: object) -> None:
     """InputError unless ``rate_per_s`` is a positive, finite number of requests/s."""
     if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, (int, float, np.number)) \
