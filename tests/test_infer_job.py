@@ -267,7 +267,8 @@ def test_cli_runs_a_job_at_a_request_rate(capsys, tmp_path) -> None:
     assert data["plans"][0]["job_duration_s"] > 199 / 5 * 0.8
     code, out, err = run_cli(BASE + ["--dataset", "sharegpt", "--num-requests", "200",
                                      "--request-rate", "5", "-o", str(tmp_path)], capsys)
-    assert code == 0 and "200 requests arriving at 5/s (Poisson)" in out, err
+    assert code == 0, err
+    assert "200 requests arriving at 5/s (Poisson, spread round-robin over replicas)" in out
 
 
 def test_published_poisson_runs_are_asked_as_jobs_at_their_rate() -> None:

@@ -19,8 +19,9 @@ from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import InputError
 from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
+from autoconfig.inference.dispatch import DEFAULT_DISPATCH, DISPATCHES
 from autoconfig.inference.latency import MODES
-from autoconfig.inference.lengths import LENGTH_DISTS
+from autoconfig.inference.lengths import LENGTH_DISTS, check_law_has_spread
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES, STATISTICS
 from autoconfig.profiling import executors
 from autoconfig.profiling.spec import DEVICES
@@ -58,11 +59,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "all the same, or the --dataset's).")
 @click.option("--output-len-std", type=float, default=None,
               help="Spread of the output lengths in tokens (default 0, or the --dataset's).")
-@click.option("--length-dist", type=click.Choice(LENGTH_DISTS), default="gamma",
-              show_default=True,
+@click.option("--length-dist", type=click.Choice(LENGTH_DISTS), default=None,
               help="Law of spread lengths in a --num-requests job: gamma (a conversation "
                    "dataset's long tail, ShareGPT-like) or uniform (evenly over mean +/- "
-                   "1.73 x spread: vLLM's and SGLang's 'random' dataset with a range ratio).")
+                   "1.73 x spread: vLLM's and SGLang's 'random' dataset with a range ratio). "
+                   "Needs a spread (--*-len-std or a --dataset's) [default: gamma].")
 @click.option("--dataset", "dataset_name", type=click.Choice(datasets.names()), default=None,
               help="Take the length means and spreads of a benchmark dataset "
                    "(heuristics/datasets.yaml); --input-len/--output-len and their --*-std "
@@ -104,6 +105,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "runs (SGLang, TensorRT-LLM's PyTorch backend; vLLM --async-scheduling), "
                    "so a new request waits a step longer for its first token; default the "
                    "engine's.")
+@click.option("--gemm-allreduce-fusion/--no-gemm-allreduce-fusion", "gemm_allreduce_fusion",
+              default=None,
+              help="TensorRT-LLM: run each row-parallel GEMM fused with its tensor-parallel "
+                   "all-reduce (trtllm-build --gemm_allreduce_plugin), which then hides under "
+                   "the GEMM inside one NVLink domain on Hopper and Blackwell; default off.")
 @click.option("--cuda-graph-max-batch", type=int, default=None,
               help="In-flight engines that capture decode steps as CUDA graphs up to a batch "
                    "(SGLang --cuda-graph-max-bs): larger decode batches, and prefills, launch "
@@ -153,6 +159,11 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "latency limits (MLPerf Server's question), searched per layout, its "
                    "latencies over the requests that arrive once the server has filled and "
                    "before it drains, as a long-running server sees them.")
+@click.option("--dispatch", type=click.Choice(DISPATCHES), default=None,
+              help="With --request-rate: how the router in front of the replicas spreads "
+                   "the arrivals: round-robin (each replica every k-th request; also the "
+                   "model of a least-loaded router) or random (a Kubernetes Service), whose "
+                   "bursts lengthen TTFT and TPOT [default: round-robin].")
 @click.option("--limit-statistic", type=click.Choice(STATISTICS), default="mean",
               show_default=True,
               help="What --max-ttft-ms/--max-tpot-ms/--max-latency-ms bound: the mean over "
@@ -207,10 +218,10 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
-          overlap_schedule, cuda_graph_max_batch,
+          overlap_schedule, gemm_allreduce_fusion, cuda_graph_max_batch,
           max_batched_tokens, kv_cache_tokens, kv_memory_fraction, chunked_prefill, kv_policy,
           batching, batch, concurrency,
-          request_rate, limit_statistic, disaggregated, tp,
+          request_rate, dispatch, limit_statistic, disaggregated, tp,
           pp, ep, max_batch, top, fmt, plots, output_dir,
           profile, device, executor, top_k, max_minutes, max_parallel, partition, account,
           dry_run, calibration, retry) -> None:
@@ -241,11 +252,17 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if top < 1:
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
-    workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:], length_dist)
+    check_law_has_spread(length_dist, *lengths[2:])
+    if dispatch is not None and request_rate is None:
+        raise InputError(f"--dispatch {dispatch} spreads arrivals at a rate over replicas: "
+                         "give --request-rate (or drop --dispatch)")
+    workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:],
+                                 length_dist or LENGTH_DISTS[0], dispatch or DEFAULT_DISPATCH)
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)
     engine = engines.configured(engine_name, decode_steps, mixed_prefill, chunked_prefill,
                                 max_batched_tokens, kv_cache_tokens, kv_policy,
-                                kv_memory_fraction, overlap_schedule, cuda_graph_max_batch)
+                                kv_memory_fraction, overlap_schedule, cuda_graph_max_batch,
+                                gemm_allreduce_fusion)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

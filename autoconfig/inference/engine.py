@@ -210,6 +210,14 @@ class Engine:
     pipeline_split: PipelineSplit = PipelineSplit()
     """How a static batch is split into pipeline micro-batches (default: the
     planner chooses, for engines whose split is a setting or not published)."""
+    gemm_allreduce_fusion: bool | None = None
+    """The row-parallel GEMMs (attention output, MLP down) run fused with their
+    tensor-parallel all-reduce, each tile reduced through the NVLink switch while
+    the GEMM computes the next (TensorRT-LLM's ``gemm_allreduce_plugin``); None:
+    the engine has no such kernel. Only on ``gemm_fusion_generations`` GPUs with
+    the TP group inside one NVLink domain (``latency.stage_seconds``)."""
+    gemm_fusion_generations: tuple[str, ...] = ()
+    """GPU generations the fused GEMM + all-reduce kernel is built for."""
     moe_kernels: tuple[int, int, float] = (0, 0, 1.0)
     """(kernels an MoE layer launches beyond a dense one, kernels per local expert,
     host time of an expert's operator as a fraction of a dense layer's), where the
@@ -431,6 +439,11 @@ def _load(path_text: str) -> Engine:
                                  path) if "moe_kernels_per_layer" in data else (0, 0, 1.0),
         pipeline_split=_pipeline_split(_value(data, "pipeline_split", path, src, (dict,)), path)
         if "pipeline_split" in data else PipelineSplit(),
+        gemm_allreduce_fusion=bool(_value(allreduce, "gemm_fusion", path, src, (bool,)))
+        if "gemm_fusion" in allreduce else None,
+        gemm_fusion_generations=tuple(str(g) for g in _value(
+            allreduce, "gemm_fusion_generations", path, src, (list,)))
+        if "gemm_fusion" in allreduce else (),
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -544,6 +557,19 @@ def with_overlap_schedule(engine: Engine, overlap: bool | None) -> Engine:
                      "with no scheduler admitting requests between steps")
 
 
+def with_gemm_allreduce_fusion(engine: Engine, fused: bool | None) -> Engine:
+    """``engine`` with its row-parallel GEMMs fused with their all-reduce or not
+    (None: its default; TensorRT-LLM ``trtllm-build --gemm_allreduce_plugin``);
+    one-line InputError for an engine without that kernel."""
+    if fused is None or fused == engine.gemm_allreduce_fusion:
+        return engine
+    if engine.gemm_allreduce_fusion is None:
+        flag = "--" + ("" if fused else "no-") + "gemm-allreduce-fusion"
+        raise InputError(f"invalid {flag}: engine {engine.name} has no fused GEMM + "
+                         "all-reduce kernel (TensorRT-LLM's gemm_allreduce_plugin)")
+    return dataclasses.replace(engine, gemm_allreduce_fusion=bool(fused))
+
+
 def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
     """``engine`` with prompts split to fill each step's token budget or run whole
     (None: its default; TensorRT-LLM ``enable_chunked_context``, vLLM
@@ -642,7 +668,8 @@ def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool |
                kv_cache_tokens: int | None = None, kv_policy: str | None = None,
                kv_memory_fraction: float | None = None,
                overlap_schedule: bool | None = None,
-               cuda_graph_max_batch: int | None = None) -> Engine:
+               cuda_graph_max_batch: int | None = None,
+               gemm_allreduce_fusion: bool | None = None) -> Engine:
     """Engine ``name`` with the settings a user gives ``infer`` (None: the engine's
     default), checked in one order so the CLI and ``infer-validate`` agree."""
     engine = with_mixed_prefill(with_decode_steps(get_engine(name), decode_steps), mixed_prefill)
@@ -651,6 +678,7 @@ def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool |
     engine = with_chunked_prefill(engine, chunked_prefill)
     engine = with_max_batched_tokens(engine, max_batched_tokens)
     engine = with_kv_policy(with_kv_cache_tokens(engine, kv_cache_tokens), kv_policy)
+    engine = with_gemm_allreduce_fusion(engine, gemm_allreduce_fusion)
     return with_kv_memory_fraction(engine, kv_memory_fraction)
 
 

@@ -43,7 +43,8 @@ import numpy as np
 import pandas as pd
 
 from autoconfig.errors import MAX_COUNT, InputError, shown
-from autoconfig.inference.lengths import arrival_times_s, check_rate, request_lengths
+from autoconfig.inference.dispatch import replica_arrivals_s
+from autoconfig.inference.lengths import check_rate, request_lengths
 from autoconfig.inference.memory import kv_capacity_tokens, pool_tokens
 
 
@@ -503,7 +504,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                                 decode_context, prefill_tokens, prefill_context, logits_rows)
         arrivals, clock = None, None
         if share.rate_per_s is not None:
-            arrivals = arrival_times_s(share.rate_per_s, share.requests, seed=3)
+            arrivals = replica_arrivals_s(job.rate_per_s, share.requests, int(one.replicas[0]),
+                                          workload.dispatch, seed=3)
             clock = _Clock(step_estimator(seconds, int(one.batch[0]), float(largest),
                                           engine.max_batched_tokens or int(inputs.max()),
                                           workload.input_len_tokens, workload.output_len_tokens),

@@ -58,7 +58,13 @@ Kernels run one after another, each bound by its own compute or memory traffic
 - tp_comm: 2 all-reduces per layer of ``tokens * h`` bf16 activations
   (Shoeybi et al. 2019, Sec. 3) by the engine's algorithm for that size
   (``autoconfig.inference.collectives``: one-shot for small decode messages,
-  NCCL's ring for the rest and across nodes).
+  NCCL's ring for the rest and across nodes). Where the engine fuses each
+  row-parallel GEMM with its all-reduce (TensorRT-LLM's ``gemm_allreduce_plugin``:
+  finished output tiles are reduced through the NVLink switch while the GEMM
+  computes the next), the pair takes ``max(GEMM, all-reduce)`` instead of their
+  sum, so each all-reduce shows only for what it outlasts its GEMM
+  (``_fused_allreduce_hidden_s``); only inside one NVLink domain, on the GPU
+  generations the kernel is built for, and for dense layers.
 - p2p: the activations sent to the next stage (NVLink in a domain, else InfiniBand).
 - kernel floor: a stage launches ``layers * kernels_per_layer`` kernels; the GPU
   can run a step no faster than the host issues them (``kernel_launch_s``:
@@ -147,10 +153,12 @@ import numpy as np
 from autoconfig.core.comm import members_in_domain, p2p_s
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
-                                   attention_weight_params, banded_keys_per_query,
-                                   layer_matmul_flops_per_token, logits_flops_per_token)
+                                   attention_linears, attention_weight_params,
+                                   banded_keys_per_query, layer_matmul_flops_per_token,
+                                   logits_flops_per_token, mlp_linears)
 from autoconfig.inference.collectives import (kernel_gpu_floor_s, moe_block_extra_kernels,
                                               tp_allreduce_s)
+from autoconfig.inference.dispatch import arrival_cv2
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, moe_layer_share,
@@ -158,7 +166,7 @@ from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
 from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
 from autoconfig.training.fp8 import quantised_gemm
 from autoconfig.training.step_time import (BF16_BYTES, PerfConstants, _layer_gemms,
-                                           gemm_time_s, load_constants)
+                                           _linear_gemm, gemm_time_s, load_constants)
 
 ALLREDUCES_PER_LAYER = 2
 """Forward of a Megatron layer: one after the attention output projection, one
@@ -318,8 +326,12 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     k = members_in_domain(tp, 1, cluster.nvlink_domain_gpus)
-    tp_comm = (layers * ALLREDUCES_PER_LAYER
-               * tp_allreduce_s(message, tp, k, nv, ib, c.comm_latency_s, engine))
+    one_allreduce = tp_allreduce_s(message, tp, k, nv, ib, c.comm_latency_s, engine)
+    tp_comm = layers * ALLREDUCES_PER_LAYER * one_allreduce
+    if engine.gemm_allreduce_fusion and gpu.generation in engine.gemm_fusion_generations \
+            and not model.is_moe:
+        hidden = _fused_allreduce_hidden_s(model, tp, n_d, n_p, timer, one_allreduce)
+        tp_comm = tp_comm - np.where((k >= tp) & (tp > 1), layers * hidden, 0.0)
     within_domain = tp * pp <= cluster.nvlink_domain_gpus
     link = np.where(within_domain, nv, ib)
     p2p = np.where(pp > 1, p2p_s(message, link, c.comm_latency_s), 0.0)
@@ -341,6 +353,19 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
         per_kernel = prefilling * per_kernel + (1.0 - prefilling) * engine.launch_s(tp, n_d, 0.0)
     launches = step_kernels(model, engine, pp, plans.ep.astype(float)[:, None]) * per_kernel
     return np.maximum(gpu_s, launches), tp_comm
+
+
+def _fused_allreduce_hidden_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer,
+                              allreduce_s):
+    """Seconds of one layer's all-reduces that run under their row-parallel GEMMs
+    when the two are one fused kernel: each pair costs ``max(g, a)`` instead of
+    ``g + a``, which hides ``min(g, a)`` of the all-reduce. The row-parallel GEMMs
+    are the attention's output projection and the MLP's down projection, each
+    followed by one of the layer's two all-reduces (Shoeybi et al. 2019, Sec. 3)."""
+    both = _both_phases(timer, decode_tokens, prefill_tokens)
+    linears = attention_linears(model) + mlp_linears(model, model.ffn_hidden_size)
+    return sum(np.minimum(both(*_linear_gemm(x, tp)[:3]), allreduce_s)
+               for x in linears if x.parallel == "row")
 
 
 def step_kernels(model: ModelSpec, engine: Engine, pp, ep):
@@ -654,7 +679,11 @@ def burst_wait_s(prompt_s, arrivals_per_s):
     ``lambda Var / E[C]`` more prompts of ``p`` each than the mean step's:
     together ``p u (1/2 + u) / (1 - u^2)``. Burstiness adds nothing at low load
     (u -> 0); ``u`` is held below ``MAX_PROMPT_LOAD``, where the steady state's
-    means no longer describe a queue that grows."""
+    means no longer describe a queue that grows. A stream less bunched than
+    Poisson (a replica behind a round-robin router) has counts of variance
+    ``c^2`` times their mean, ``c^2`` its gaps' squared coefficient of variation,
+    and the term scales by ``c^2`` (``autoconfig.inference.dispatch``; the caller
+    multiplies)."""
     u = np.clip(np.asarray(arrivals_per_s, dtype=float) * prompt_s, 0.0, MAX_PROMPT_LOAD)
     return prompt_s * u * (0.5 + u) / (1.0 - u * u)
 
@@ -665,7 +694,9 @@ def prompt_queue_s(service_s, arrivals_per_s):
     serve the queue ``room`` tokens at a time, one prompt after another, each
     taking ``service_s`` of full steps, and Poisson arrivals meet the M/D/1
     queue's mean wait ``u S / (2 (1 - u))``, ``u = lambda S`` (Pollaczek-Khinchine;
-    Kleinrock 1975, Sec. 5.6). Checked against the job simulator: Llama 3 8B on
+    Kleinrock 1975, Sec. 5.6). Arrivals with gaps of squared coefficient of
+    variation ``c^2`` wait ``c^2`` times as long (Kingman's G/G/1 form, ``(c_a^2 +
+    c_s^2) / 2`` with ``c_s^2 = 0`` for a fixed service; the caller multiplies). Checked against the job simulator: Llama 3 8B on
     an H100 under vLLM, 8,000-token prompts and 50-token outputs at 2.73
     requests/s, 11 in flight: steady TTFT 319 ms without the queue, 0.58 of the
     simulated 547 ms."""
@@ -756,7 +787,10 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     # Requests arrive at C over their lifetime (Little's law), the first token
     # counted without the waits these terms add.
     arrivals_per_s = running / (ttft + (s_out - 1) * tpot)
-    bursts = burst_wait_s(np.maximum(prompt_s, 0.0), arrivals_per_s)
+    # Bunching scales with how irregular one replica's arrivals are (c^2: 1 for a
+    # Poisson stream, 1/k for a k-replica round-robin; ``autoconfig.inference.dispatch``).
+    cv2 = arrival_cv2(workload.dispatch, plans.replicas)[:, None]
+    bursts = cv2 * burst_wait_s(np.maximum(prompt_s, 0.0), arrivals_per_s)
     if np.any(capped):
         if budget is not None:              # chunks: room tokens a step
             own_full, _, own_last = prompt_window(s_in, np.zeros_like(arriving), budget,
@@ -775,7 +809,7 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         queue = np.zeros_like(ttft)
         for _ in range(QUEUE_ITERATIONS):    # the wait lengthens the lifetime C spans
             arrivals_per_s = running / (ttft + queue + (s_out - 1) * tpot)
-            queue = prompt_queue_s(s_in / per_step * service, arrivals_per_s)
+            queue = cv2 * prompt_queue_s(s_in / per_step * service, arrivals_per_s)
         bursts = np.where(capped, queue, bursts)
     ttft = ttft + bursts
     if not engine.prefill_samples_first_token:      # then the decode step that samples it

@@ -12,6 +12,7 @@ import numpy as np
 from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import MAX_SEQ_LEN, InputError, shown
 from autoconfig.inference.lengths import check_length_dist
+from autoconfig.inference.dispatch import DEFAULT_DISPATCH, check_dispatch
 from autoconfig.training.fp8 import nvfp4_value
 
 PLAN_FIELDS = ("tp", "pp", "batch", "replicas", "ep")
@@ -74,6 +75,10 @@ class InferenceWorkload:
     length_dist: str = "gamma"
     """Law of a job's spread lengths: gamma (a dataset's long tail) or uniform (a
     synthetic random set), ``autoconfig.inference.lengths``."""
+    dispatch: str = DEFAULT_DISPATCH
+    """How a router spreads the requests over replicas (round-robin or random),
+    which decides how bunched one replica's arrivals are
+    (``autoconfig.inference.dispatch``)."""
 
     def __post_init__(self) -> None:
         for name in ("input_len_tokens", "output_len_tokens"):
@@ -91,6 +96,7 @@ class InferenceWorkload:
                 raise InputError(f"invalid {flag} {shown(value)}: must be a number of tokens "
                                  f"from 0 to {MAX_SEQ_LEN}")
         check_length_dist(self.length_dist)
+        check_dispatch(self.dispatch)
         if self.precision not in SERVING_PRECISIONS:
             raise InputError(f"invalid precision {self.precision!r}: allowed are "
                              f"{', '.join(SERVING_PRECISIONS)}")

@@ -29,6 +29,7 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import cluster_from_gpus
 from autoconfig.errors import AutoconfigError, InfeasibleError, InputError
 from autoconfig.inference import engine as engines
+from autoconfig.inference.dispatch import DEFAULT_DISPATCH
 from autoconfig.inference.job import Job
 from autoconfig.inference.lengths import LENGTH_DISTS
 from autoconfig.inference.plan import InferenceWorkload
@@ -45,7 +46,8 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "clients",
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
             "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy",
-            "kv_memory_fraction", "length_dist", "overlap_schedule", "cuda_graph_max_batch")
+            "kv_memory_fraction", "length_dist", "overlap_schedule", "cuda_graph_max_batch",
+            "dispatch", "gemm_allreduce_fusion")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -177,7 +179,8 @@ def ask(row) -> pd.Series:
                                 _flag_cell("chunked_prefill", row.chunked_prefill),
                                 budget, pool, _cell(row.kv_policy),
                                 _number(row, "kv_memory_fraction"),
-                                _flag_cell("overlap_schedule", row.overlap_schedule), graphs)
+                                _flag_cell("overlap_schedule", row.overlap_schedule), graphs,
+                                _flag_cell("gemm_allreduce_fusion", row.gemm_allreduce_fusion))
     tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [_number(row, "input_len_tokens"), _number(row, "output_len_tokens")]
@@ -195,7 +198,8 @@ def ask(row) -> pd.Series:
                                  str(row.precision),
                                  _number(row, "input_len_std_tokens") or 0.0,
                                  _number(row, "output_len_std_tokens") or 0.0,
-                                 _length_law(row.length_dist))
+                                 _length_law(row.length_dist),
+                                 _cell(row.dispatch) or DEFAULT_DISPATCH)
     engines.check_precision(engine, workload.precision)
     batch, rate = _whole(row, "batch"), _number(row, "request_rate_per_s")
     requests, clients = _whole(row, "num_requests"), _whole(row, "clients")

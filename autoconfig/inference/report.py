@@ -82,7 +82,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
             "replica" if result.mode == "continuous" else
             "static batches: 'batch' requests served together")
     if result.job is not None:
-        what = (f"continuous batching of a job of {_job_text(result.job, result.limits)}: "
+        job = _job_text(result.job, result.limits, result.workload.dispatch)
+        what = (f"continuous batching of a job of {job}: "
                 "'batch' is the engine's cap on running sequences per replica, times are "
                 "means over the job's requests (p99: their 99th percentile; the csv and json add the "
                 "medians and the inter-token gaps pooled over the requests, itl), "
@@ -95,6 +96,9 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if e.continuous and e.overlap_schedule:
         what += ("; the scheduler builds each step while the one before runs: a new request "
                  "waits a step longer")
+    if e.gemm_allreduce_fusion:
+        what += ("; each row-parallel GEMM runs fused with its all-reduce, which hides under "
+                 f"it inside one NVLink domain on {', '.join(e.gemm_fusion_generations)} GPUs")
     if not e.prefill_samples_first_token:
         what += ("; a prompt's first token comes from the decode step after its prefill "
                  "(the prefill stops one token short)")
@@ -177,11 +181,12 @@ def _searched(result: InferenceSearchResult) -> bool:
     return result.job is not None and result.job.rate_search
 
 
-def _job_text(job, limits) -> str:
+def _job_text(job, limits, dispatch: str) -> str:
+    arriving = f"Poisson, spread {dispatch} over replicas"
     how = ("sent all at once" if job.clients is None else f"sent by {job.clients} clients") \
-        if job.rate_per_s is None else f"arriving at {job.rate_per_s:g}/s (Poisson)"
+        if job.rate_per_s is None else f"arriving at {job.rate_per_s:g}/s ({arriving})"
     if job.rate_search:
-        how = (f"arriving (Poisson) at the largest rate meeting the {limits.statistic} "
+        how = (f"arriving ({arriving}) at the largest rate meeting the {limits.statistic} "
                "latency limits (rate/s, whole cluster; inf: sent at once they still meet them)")
     return f"{job.requests} requests {how}"
 
@@ -194,7 +199,8 @@ def _length(mean: int, std: float, dist: str = "gamma") -> str:
 def headline(result: InferenceSearchResult) -> str:
     m, c, w = result.model, result.cluster, result.workload
     active = f", {format_count(active_params(m))} active" if m.is_moe else ""
-    job = f", a job of {_job_text(result.job, result.limits)}" if result.job is not None else ""
+    job = f", a job of {_job_text(result.job, result.limits, w.dispatch)}" \
+        if result.job is not None else ""
     return (f"{m.name} ({format_count(total_params(m))} params{active}) inference on {c.nodes} x "
             f"{c.gpus_per_node} {c.gpu.name}, input {_length(w.input_len_tokens, w.input_len_std_tokens, w.length_dist)}, "
             f"output {_length(w.output_len_tokens, w.output_len_std_tokens, w.length_dist)} tokens{job}, "
