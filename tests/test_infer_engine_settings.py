@@ -66,13 +66,19 @@ def test_a_reserving_engine_holds_the_whole_sequence_at_steady_state():
 
 
 def test_chunking_splits_a_long_prompt_over_steps():
-    # One 8,192-token prompt under a 1,024-token budget: whole, it runs in one
-    # step; chunked, in eight, each reading the weights again, so it comes later.
+    # One 8,192-token prompt: whole, it runs in one step of an 8,192-token budget;
+    # chunked under a 1,024-token one, in eight, each reading the weights again,
+    # so it comes later. Whole under the narrow budget no step could hold it, and
+    # the engine refuses it (TensorRT-LLM: prompt length above max_num_tokens).
     workload = InferenceWorkload(8192, 16, "bf16")
     narrow = engines.with_max_batched_tokens(TRT, 1024)
-    whole = _job_row(engines.with_chunked_prefill(narrow, False), workload, 1)
+    whole = _job_row(engines.with_chunked_prefill(
+        engines.with_max_batched_tokens(TRT, 8192), False), workload, 1)
     chunked = _job_row(engines.with_chunked_prefill(narrow, True), workload, 1)
     assert chunked.ttft_ms > 1.05 * whole.ttft_ms
+    with pytest.raises(InputError, match="--input-len 8192 is longer than the 1024-token "
+                                         "step budget of tensorrt-llm"):
+        _job_row(engines.with_chunked_prefill(narrow, False), workload, 1)
 
 
 def test_the_cli_takes_both_settings_and_reports_them(tmp_path, capsys):
@@ -117,3 +123,19 @@ def test_mlperf_tensorrt_rows_carry_their_configs_scheduler_settings():
     with pytest.raises(InputError, match="invalid --kv-policy 'evict'"):
         ask(row._replace(kv_policy="evict"))
     assert np.isfinite(ask(row).tokens_per_s_per_gpu)
+
+
+def test_sglang_chunks_prompts_and_only_whole_prompt_engines_refuse_a_long_one():
+    # SGLang cuts prompts at chunked_prefill_size (its PrefillAdder) and runs each
+    # chunk as a forward of its own (not mixed with the decodes): a 16K prompt on
+    # its 8,192-token budget runs; vLLM told not to chunk cannot hold it in a step.
+    sglang = engines.get_engine("sglang")
+    assert sglang.chunked_prefill and not sglang.mixed_prefill
+    model, cluster = get_model("llama3-8b"), Cluster(get_gpu("h100-80gb"), 1, 1)
+    long = InferenceWorkload(16000, 64, "bf16")
+    row = search(model, long, cluster, engine=sglang, mode="continuous",
+                 pins=Pins((1,), (1,), (4,))).table.iloc[0]
+    assert row.ttft_ms > 0
+    with pytest.raises(InputError, match="--input-len 16000 is longer than the 8192-token"):
+        search(model, long, cluster, engine=engines.with_chunked_prefill(
+            engines.get_engine("vllm"), False), mode="continuous", pins=Pins((1,), (1,), (4,)))

@@ -376,6 +376,7 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     check_law_has_spread(None if workload.length_dist == LENGTH_DISTS[0]
                          else workload.length_dist,
                          workload.input_len_std_tokens, workload.output_len_std_tokens)
+    check_prompt_fits_step(engine, mode, workload.input_len_tokens)
     limits = limits or Limits()
     if limits.statistic != "mean" and job is None:
         raise InputError(f"--limit-statistic {limits.statistic} bounds a percentile over a "
@@ -441,6 +442,23 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                                  table=kept.reset_index(drop=True),
                                  rejected={k: v for k, v in rejected.items() if v},
                                  candidates=len(table), engine=engine, mode=mode, job=job)
+
+
+def check_prompt_fits_step(engine: Engine, mode: str, input_len_tokens: int) -> None:
+    """InputError where an in-flight engine that runs prompts whole (no chunked
+    prefill) has a step budget shorter than the prompt: no step can hold it, and
+    the engine refuses it (vLLM at start-up: max_num_batched_tokens below
+    max_model_len without chunked prefill; TensorRT-LLM per request: 'The sum of
+    prompt length ... should not exceed max_num_tokens', llmapi/llm.py
+    _check_arguments). A spread job's longer prompts are still run whole, alone
+    in their step."""
+    budget = engine.max_batched_tokens
+    if mode == "continuous" and budget and not engine.chunked_prefill \
+            and input_len_tokens > budget:
+        raise InputError(f"--input-len {input_len_tokens} is longer than the {budget}-token "
+                         f"step budget of {engine.name}, which runs prompts whole (no chunked "
+                         "prefill): no step can hold one; give --chunked-prefill, or "
+                         f"--max-batched-tokens of at least {input_len_tokens}")
 
 
 def static_batch_as_job(engine: Engine, mode: str) -> bool:
