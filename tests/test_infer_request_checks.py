@@ -48,3 +48,21 @@ def test_more_clients_than_requests_is_refused(capsys, tmp_path):
     with pytest.raises(InputError) as info:
         search(MODEL, InferenceWorkload(512, 128), CLUSTER, job=Job(10, 64))
     assert str(info.value) == CLIENTS
+
+
+OUTSIDE_JOB = ("--length-dist {law} shapes the lengths of a --num-requests job; the steady "
+               "state reads only their means and spreads: give --num-requests (or drop "
+               "--length-dist)")
+
+
+@pytest.mark.parametrize("law", ["gamma", "uniform"])
+def test_a_length_law_outside_a_job_is_refused(capsys, tmp_path, law):
+    spread = ["--input-len", "512", "--output-len", "128", "--input-len-std", "100"]
+    code, _, err = run_cli(BASE + spread + ["--length-dist", law, "-o", str(tmp_path)], capsys)
+    assert code == 2 and err == f"error: {OUTSIDE_JOB.format(law=law)}\n"
+    code, _, err = run_cli(BASE + spread + ["--length-dist", law, "--num-requests", "50",
+                                            "-o", str(tmp_path / "job")], capsys)
+    assert code == 0, err
+    with pytest.raises(InputError) as info:
+        search(MODEL, InferenceWorkload(512, 128, "bf16", 100.0, 0.0, "uniform"), CLUSTER)
+    assert str(info.value) == OUTSIDE_JOB.format(law="uniform")

@@ -21,7 +21,7 @@ from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
 from autoconfig.inference.dispatch import DEFAULT_DISPATCH, DISPATCHES
 from autoconfig.inference.latency import MODES
-from autoconfig.inference.lengths import LENGTH_DISTS, check_law_has_spread
+from autoconfig.inference.lengths import LENGTH_DISTS, check_length_law
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES, STATISTICS
 from autoconfig.profiling import executors
 from autoconfig.profiling.spec import DEVICES
@@ -252,7 +252,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     if top < 1:
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
-    check_law_has_spread(length_dist, *lengths[2:])
+    check_length_law(length_dist, *lengths[2:], num_requests is not None)
     if dispatch is not None and request_rate is None:
         raise InputError(f"--dispatch {dispatch} spreads arrivals at a rate over replicas: "
                          "give --request-rate (or drop --dispatch)")

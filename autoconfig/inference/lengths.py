@@ -85,15 +85,21 @@ def check_length_dist(dist: object) -> None:
                          f"{', '.join(LENGTH_DISTS)}")
 
 
-def check_law_has_spread(dist: str | None, input_std_tokens: float,
-                         output_std_tokens: float) -> None:
-    """InputError when a length law is given (``dist``; None: not given) for
-    lengths without spread: every request would be the mean, and the law would
-    shape nothing."""
-    if dist is not None and not (input_std_tokens > 0 or output_std_tokens > 0):
+def check_length_law(dist: str | None, input_std_tokens: float, output_std_tokens: float,
+                     in_job: bool) -> None:
+    """InputError when a length law is given (``dist``; None: not given) where it
+    shapes nothing: for lengths without spread (every request is the mean), or
+    outside a finite job (the steady state reads only the means and spreads)."""
+    if dist is None:
+        return
+    if not (input_std_tokens > 0 or output_std_tokens > 0):
         raise InputError(f"--length-dist {dist} shapes spread lengths, and none is given: "
                          "add --input-len-std or --output-len-std above 0, or a --dataset "
                          "with spreads (or drop --length-dist)")
+    if not in_job:
+        raise InputError(f"--length-dist {dist} shapes the lengths of a --num-requests job; "
+                         "the steady state reads only their means and spreads: give "
+                         "--num-requests (or drop --length-dist)")
 
 
 def check_rate(rate_per_s: object) -> None:

@@ -39,7 +39,7 @@ from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
 from autoconfig.training.fp8 import check_precision
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.job import PERCENTILES, Job
-from autoconfig.inference.lengths import LENGTH_DISTS, check_law_has_spread
+from autoconfig.inference.lengths import LENGTH_DISTS, check_length_law
 from autoconfig.inference.latency import MODES, latency
 from autoconfig.inference.memory import (fits, kv_tokens_per_request, memory_per_gpu,
                                          pool_tokens)
@@ -373,9 +373,9 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
                          f"once; give at most {job.requests} clients, or drop --concurrency to "
                          "send them all at once")
     # the CLI checks an explicit --length-dist gamma too (the default here)
-    check_law_has_spread(None if workload.length_dist == LENGTH_DISTS[0]
-                         else workload.length_dist,
-                         workload.input_len_std_tokens, workload.output_len_std_tokens)
+    check_length_law(None if workload.length_dist == LENGTH_DISTS[0] else workload.length_dist,
+                     workload.input_len_std_tokens, workload.output_len_std_tokens,
+                     job is not None)
     check_prompt_fits_step(engine, mode, workload.input_len_tokens)
     limits = limits or Limits()
     if limits.statistic != "mean" and job is None:
