@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from autoconfig.base.config import read_base_yaml
 from autoconfig.cli import main
+from autoconfig.errors import InputError
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -148,28 +149,16 @@ def test_range_errors_share_the_bounds_message_form(args, message):
     assert code == 2 and stderr == f"error: {message}\n"
 
 
-def test_mfu_is_checked_once_on_the_base_path(monkeypatch):
-    """The request check (config._validate) holds it, GPU or not; compute_rate
-    does not check it again."""
-    from autoconfig.base import budget, config
-    from autoconfig.bounds import check_number
+def test_mfu_out_of_range_is_refused_by_the_request_and_by_compute_rate():
+    """The request check holds --mfu with or without a GPU; compute_rate, which a
+    Python caller may reach directly, refuses it too instead of using it."""
+    from autoconfig.base import budget
+    from autoconfig.core.catalog import get_gpu
 
-    checked = []
-
-    def counting(flag, value, allowed, why=""):
-        if flag == "--mfu":
-            checked.append(value)
-        return check_number(flag, value, allowed, *([why] if why else []))
-
-    def counting_optional(flag, value, allowed, why=""):
-        return None if value is None else counting(flag, value, allowed, why)
-
-    monkeypatch.setattr(budget, "check_number", counting)
-    monkeypatch.setattr(config, "check_optional", counting_optional)
-    code, _, stderr = invoke_main("base", "--size", "1.3b", "--gpu", "h100", "--nodes", "1",
-                                  "--mfu", "0.4")
-    assert code == 0, stderr
-    assert checked == [0.4]
+    code, _, stderr = invoke_main("base", "--size", "1.3b", "--mfu", "2")
+    assert code != 0 and "invalid --mfu 2: must be in (0, 1]" in stderr
+    with pytest.raises(InputError, match=r"invalid --mfu 2: must be in \(0, 1\]"):
+        budget.compute_rate(get_gpu("h100"), 8, "bf16", False, 2.0, None)
 
 
 def test_bad_input_in_a_real_process():

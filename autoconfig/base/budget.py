@@ -19,7 +19,7 @@ the largest C within the budget.
 import math
 from dataclasses import dataclass
 
-from autoconfig.bounds import Range, check_number
+from autoconfig.bounds import FRACTION, Range, check_number
 from autoconfig.errors import InputError
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec, active_params, hardware_flops_per_token
@@ -136,8 +136,8 @@ def compute_rate(gpu: GPU, num_gpus: int, precision: str, full_recompute: bool,
     peak = gpu.peak_tflops(precision)
     kind = "hfu" if full_recompute else "mfu"
     if mfu is not None:
-        # in (0, 1]: checked with the request (config._validate), GPU or not
-        util, source = float(mfu), "given (--mfu)"
+        # checked here too: a caller may come straight here, past the request's check
+        util, source = check_number("--mfu", mfu, FRACTION), "given (--mfu)"
     elif tflops_per_gpu is not None:
         given = check_number("--tflops-per-gpu", tflops_per_gpu, Range(0, peak, low_open=True),
                              f"the {precision} peak of {gpu.name}")
