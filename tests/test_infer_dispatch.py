@@ -103,3 +103,8 @@ def test_dispatch_without_a_rate_is_refused(tmp_path, capsys):
     code, out, err = run_cli(CLI + ["--dispatch", "random", "-o", str(tmp_path)], capsys)
     assert code != 0 and "--dispatch random spreads arrivals at a rate" in err
     assert "Traceback" not in err
+    # a Python caller gets the same refusal
+    with pytest.raises(InputError, match="--dispatch random spreads arrivals at a rate"):
+        _row(InferenceWorkload(871, 128, "fp8", dispatch="random"), 8)
+    with pytest.raises(InputError, match="--dispatch random spreads arrivals at a rate"):
+        _row(InferenceWorkload(871, 128, "fp8", dispatch="random"), 8, job=Job(100))

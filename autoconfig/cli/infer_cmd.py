@@ -19,7 +19,7 @@ from autoconfig.core.plan import SERVING_PRECISIONS
 from autoconfig.errors import InputError
 from autoconfig.inference import datasets
 from autoconfig.inference import engine as engines
-from autoconfig.inference.dispatch import DEFAULT_DISPATCH, DISPATCHES
+from autoconfig.inference.dispatch import DEFAULT_DISPATCH, DISPATCHES, check_dispatch_used
 from autoconfig.inference.latency import MODES
 from autoconfig.inference.lengths import LENGTH_DISTS, check_length_law
 from autoconfig.inference.search import DEFAULT_MAX_BATCH, OBJECTIVES, STATISTICS
@@ -253,9 +253,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
         raise InputError(f"invalid --top {top}: must be at least 1")
     cluster = _cluster(gpu, gpus, nodes, gpus_per_node)
     check_length_law(length_dist, *lengths[2:], num_requests is not None)
-    if dispatch is not None and request_rate is None:
-        raise InputError(f"--dispatch {dispatch} spreads arrivals at a rate over replicas: "
-                         "give --request-rate (or drop --dispatch)")
+    check_dispatch_used(dispatch, request_rate is not None)
     workload = InferenceWorkload(input_len, output_len, precision, *lengths[2:],
                                  length_dist or LENGTH_DISTS[0], dispatch or DEFAULT_DISPATCH)
     limits = Limits(max_ttft_ms, max_tpot_ms, max_latency_ms, min_throughput, limit_statistic)

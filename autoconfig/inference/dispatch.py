@@ -47,6 +47,14 @@ def check_dispatch(dispatch: object) -> None:
                          f"{', '.join(DISPATCHES)}")
 
 
+def check_dispatch_used(dispatch: str | None, arriving: bool) -> None:
+    """InputError when a dispatch is given (None: not given) for requests that do
+    not arrive at a rate (``arriving``): there is no stream to spread."""
+    if dispatch is not None and not arriving:
+        raise InputError(f"--dispatch {dispatch} spreads arrivals at a rate over replicas: "
+                         "give --request-rate (or drop --dispatch)")
+
+
 def arrival_cv2(dispatch: str, replicas):
     """Squared coefficient of variation of one replica's gaps between arrivals."""
     check_dispatch(dispatch)

@@ -37,6 +37,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.bounds import POSITIVE, check_number, check_optional
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError, shown
 from autoconfig.training.fp8 import check_precision
+from autoconfig.inference.dispatch import DEFAULT_DISPATCH, check_dispatch_used
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.job import PERCENTILES, Job
 from autoconfig.inference.lengths import LENGTH_DISTS, check_length_law
@@ -376,6 +377,10 @@ def search(model: ModelSpec, workload: InferenceWorkload, cluster: Cluster,
     check_length_law(None if workload.length_dist == LENGTH_DISTS[0] else workload.length_dist,
                      workload.input_len_std_tokens, workload.output_len_std_tokens,
                      job is not None)
+    # the CLI checks an explicit --dispatch round-robin too (the default here)
+    check_dispatch_used(None if workload.dispatch == DEFAULT_DISPATCH else workload.dispatch,
+                        request_rate_per_s is not None or (job is not None and (
+                            job.rate_per_s is not None or job.rate_search)))
     check_prompt_fits_step(engine, mode, workload.input_len_tokens)
     limits = limits or Limits()
     if limits.statistic != "mean" and job is None:
