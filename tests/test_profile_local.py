@@ -118,3 +118,14 @@ def test_local_cuda_jobs_get_disjoint_gpus(tmp_path):
     seen = [r["visible_gpus"] for r in records]
     assert sorted(seen[:2]) == ["0,1", "2,3"]     # the first two ran side by side
     assert seen[2] in ("0,1", "2,3")              # the third waited for a free pair
+
+
+def test_rendezvous_ports_stay_below_the_ephemeral_range():
+    # Job 13258 (a local job's id) listened on 33258 and found it taken by a
+    # neighbour's outgoing socket: Linux hands those out from 32768 up.
+    low, high = launch.RENDEZVOUS_PORTS
+    assert high <= 32768
+    ports = [launch.rendezvous_port(j) for j in (0, 13258, 32767, "4242_3", 10**9 + 7)]
+    assert all(low <= p < high for p in ports)
+    assert launch.rendezvous_port(13258) != launch.rendezvous_port(13259)
+    assert launch.rendezvous_port("4242_3") == launch.rendezvous_port(42423)

@@ -308,6 +308,21 @@ def profile_job(spec_json: str):
     return store.result_record(result)
 
 
+RENDEZVOUS_PORTS = (20000, 32768)
+"""Ports a job's rank 0 listens on, one per job id: below Linux's default
+ephemeral range (net.ipv4.ip_local_port_range 32768-60999), where the outgoing
+sockets of jobs running beside it (gloo's peer connections, TCPStore clients)
+take their ports; a port from that range was seen taken (EADDRINUSE) by a
+neighbour in a local profiling run."""
+
+
+def rendezvous_port(job_id) -> int:
+    """The rendezvous port of the job ``job_id`` (its digits, in ``RENDEZVOUS_PORTS``)."""
+    low, high = RENDEZVOUS_PORTS
+    digits = "".join(ch for ch in str(job_id) if ch.isdigit()) or "0"
+    return low + int(digits) % (high - low)
+
+
 def _rendezvous(spec) -> dict:
     try:
         import submitit
@@ -317,8 +332,7 @@ def _rendezvous(spec) -> dict:
         host = env.hostnames[0] if env.num_nodes > 1 else spec.master_addr
     except RuntimeError:  # not under submitit
         return {}
-    digits = "".join(ch for ch in str(job_id) if ch.isdigit()) or "0"
-    return {"master_addr": host, "master_port": 20000 + int(digits) % 20000}
+    return {"master_addr": host, "master_port": rendezvous_port(job_id)}
 
 
 def _watch_time_limit() -> dict:
