@@ -139,3 +139,33 @@ def test_sglang_chunks_prompts_and_only_whole_prompt_engines_refuse_a_long_one()
     with pytest.raises(InputError, match="--input-len 16000 is longer than the 8192-token"):
         search(model, long, cluster, engine=engines.with_chunked_prefill(
             engines.get_engine("vllm"), False), mode="continuous", pins=Pins((1,), (1,), (4,)))
+
+
+def test_sglang_estimates_outputs_and_the_policies_switch_it():
+    sglang = engines.get_engine("sglang")
+    assert sglang.kv_policy == "estimate" and sglang.new_token_ratio.initial == 0.7
+    assert sglang.new_token_ratio.minimum == pytest.approx(0.098)
+    assert engines.with_kv_policy(sglang, "preempt").new_token_ratio is None
+    assert engines.with_kv_policy(sglang, "exact").kv_policy == "exact"
+    assert engines.with_kv_policy(sglang, "estimate").kv_policy == "estimate"
+    assert engines.with_kv_policy(TRT, "exact").kv_policy == "exact"
+    with pytest.raises(InputError, match="invalid --kv-policy estimate: engine tensorrt-llm "
+                                         "has no estimate"):
+        engines.with_kv_policy(TRT, "estimate")
+
+
+def test_cli_takes_the_exact_policy_and_reports_it(capsys, tmp_path):
+    args = [a if a != "tensorrt-llm" else "sglang" for a in BASE]
+    code, out, _ = run_cli(args + ["--num-requests", "64", "--kv-policy", "exact",
+                                   "--output-dir", str(tmp_path / "x")], capsys)
+    assert code == 0 and json.loads(out)["kv_policy"] == "exact"
+    code, _, err = run_cli(BASE + ["--num-requests", "8", "--kv-policy", "estimate",
+                                   "--output-dir", str(tmp_path / "y")], capsys)
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "estimate" in err
+
+
+def test_sglang_benchmark_rows_without_radix_cache_admit_exactly():
+    points = load_points(default_points_path())
+    exact = points[points["kv_policy"] == "exact"]
+    assert len(exact) == 19
+    assert all("--disable-radix-cache" in s for s in exact["source_location"])

@@ -447,3 +447,58 @@ def test_published_overlap_settings_follow_the_engine_each_source_ran() -> None:
                     engine=engines.with_kv_memory_fraction(SGLANG, 0.85),
                     job=Job(300, None, 1.0), pins=Pins((4,), (1,))).table.iloc[0]
     assert pred.ttft_p50_ms == pytest.approx(direct.ttft_p50_ms)
+
+
+def _sglang_ratio():
+    return engines.get_engine("sglang").new_token_ratio
+
+
+def test_exact_admission_never_evicts_and_counts_what_finishing_requests_free() -> None:
+    # 20 requests of 100 + 100 tokens in a 1,000-token pool. Reserving each whole
+    # sequence runs 5 at once; admitting on the prompt runs all 10 the pool holds
+    # and then evicts; exact admission (SGLang, ignore_eos) never evicts, and runs
+    # more than 5 where the staggered outputs of a second wave free room in time.
+    inputs, outputs = np.full(20, 100), np.full(20, 100)
+    exact = schedule(inputs, outputs, 20, 20, 1000.0, None, False, reserve_output=False,
+                     admission="exact")
+    assert exact.peak_kv_tokens <= 1000
+    assert exact.prefill_tokens.sum() == inputs.sum()            # nothing recomputed
+    assert (exact.finished >= 0).all()
+    spread = np.arange(20) * 10 + 10
+    staggered = schedule(np.full(20, 100), spread, 20, 20, 2000.0, None, False,
+                         reserve_output=False, admission="exact")
+    reserved = schedule(np.full(20, 100), spread, 20, 20, 2000.0, None, False,
+                        reserve_output=True)
+    assert staggered.decode_seqs.max() > reserved.decode_seqs.max()
+    assert staggered.prefill_tokens.sum() == 20 * 100
+
+
+def test_estimate_admission_holds_back_a_decaying_share_and_retracts_when_full() -> None:
+    ratio = _sglang_ratio()
+    inputs, outputs = np.full(200, 100), np.full(200, 400)
+    kwargs = dict(reserve_output=False, ratio=ratio)
+    estimate = schedule(inputs, outputs, 200, 200, 20_000.0, None, False,
+                        admission="estimate", **kwargs)
+    preempt = schedule(inputs, outputs, 200, 200, 20_000.0, None, False, **kwargs)
+    # At the start 0.7 of every running output is held back: fewer run at once than
+    # on the prompt alone, and fewer prompts are recomputed after evictions.
+    first = int(np.argmax(estimate.prefill_tokens > 0))
+    assert estimate.prefill_tokens[first] < preempt.prefill_tokens[first]
+    assert estimate.prefill_tokens.sum() < preempt.prefill_tokens.sum()
+    assert (estimate.finished >= 0).all()
+    assert estimate.peak_kv_tokens <= 20_000 + 200
+
+
+def test_estimate_admission_waits_for_the_share_to_decay() -> None:
+    # One running request with 4,000 tokens to go holds back 2,800 (0.7) of a
+    # 4,500-token pool: a second request of 1,000 + 1,000 waits until the share
+    # has decayed enough (about 0.58, some 120 decode steps), not until the first
+    # finishes; on its prompt alone it joins at once.
+    ratio = _sglang_ratio()
+    inputs, outputs = np.array([100, 1000]), np.array([4000, 1000])
+    plan = schedule(inputs, outputs, 2, 2, 4_500.0, None, False, reserve_output=False,
+                    admission="estimate", ratio=ratio)
+    second_admitted = int(np.nonzero(plan.prefill_tokens == 1000)[0][0])
+    assert 60 < plan.steps[:second_admitted].sum() < 200
+    at_once = schedule(inputs, outputs, 2, 2, 4_500.0, None, False, reserve_output=False)
+    assert at_once.prefill_tokens[0] == 1100

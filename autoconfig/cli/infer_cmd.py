@@ -140,6 +140,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
                    "its prompt and whole output (TensorRT-LLM GUARANTEED_NO_EVICT); preempt "
                    "admits against the prompt and evicts the newest request, recomputed "
                    "later, when the cache fills (vLLM, TensorRT-LLM MAX_UTILIZATION); "
+                   "estimate admits against the prompt and a decaying share of the outputs "
+                   "to come (SGLang's default); exact only when every admitted request can "
+                   "still finish without an eviction (SGLang serving requests sent with "
+                   "ignore_eos, its benchmark's default, with --disable-radix-cache); "
                    "default the engine's.")
 @click.option("--batching", type=click.Choice(MODES), default=None,
               help="static: each batch served together start to end; continuous: requests "

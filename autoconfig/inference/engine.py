@@ -34,6 +34,27 @@ MAX_KV_CACHE_TOKENS = 1 << 30
 KV_CACHES = ("contiguous", "paged")
 
 
+@dataclass(frozen=True)
+class NewTokenRatio:
+    """SGLang's admission estimate (``PrefillAdder``): a running request holds back
+    ``ratio`` x its remaining output (clipped to ``clip_tokens``) of the free KV
+    pool, a request joining holds its prompt and whole (clipped) output; the
+    ratio starts at ``initial``, falls by ``(initial - minimum) / decay_steps`` a
+    decode step to ``minimum``, and when decode runs out of KV the newest requests
+    are retracted until ``retract_steps`` steps fit, the ratio reset to the running
+    requests' decoded share (plus those steps) of their outputs."""
+
+    initial: float
+    minimum: float
+    decay_steps: int
+    retract_steps: int
+    clip_tokens: int
+
+    @property
+    def decay_per_step(self) -> float:
+        return (self.initial - self.minimum) / self.decay_steps
+
+
 DECODE_SPLITS = ("chosen", "per_stage", "threshold")
 PREFILL_SPLITS = ("chosen", "per_stage")
 
@@ -218,6 +239,14 @@ class Engine:
     the TP group inside one NVLink domain (``latency.stage_seconds``)."""
     gemm_fusion_generations: tuple[str, ...] = ()
     """GPU generations the fused GEMM + all-reduce kernel is built for."""
+    new_token_ratio: NewTokenRatio | None = None
+    """Admission against the prompt plus an estimate of the outputs still to come
+    (``NewTokenRatio``, SGLang); None: the engine admits by ``kv_reserves_output``."""
+    kv_exact_admission: bool = False
+    """A request is admitted only when every admitted request can still finish
+    without an eviction, their output lengths known and the KV they free as they
+    finish counted (SGLang's ``add_one_req_ignore_eos``, taken for requests sent
+    with ``ignore_eos`` when the radix cache is disabled)."""
     moe_kernels: tuple[int, int, float] = (0, 0, 1.0)
     """(kernels an MoE layer launches beyond a dense one, kernels per local expert,
     host time of an expert's operator as a fraction of a dense layer's), where the
@@ -228,6 +257,15 @@ class Engine:
     @property
     def continuous(self) -> bool:
         return self.batching == "continuous"
+
+    @property
+    def kv_policy(self) -> str:
+        """How requests are admitted against the KV cache (``KV_POLICIES``)."""
+        if self.kv_reserves_output:
+            return "reserve"
+        if self.kv_exact_admission:
+            return "exact"
+        return "estimate" if self.new_token_ratio is not None else "preempt"
 
     @property
     def paged(self) -> bool:
@@ -444,6 +482,8 @@ def _load(path_text: str) -> Engine:
         gemm_fusion_generations=tuple(str(g) for g in _value(
             allreduce, "gemm_fusion_generations", path, src, (list,)))
         if "gemm_fusion" in allreduce else (),
+        new_token_ratio=_new_token_ratio(_value(data, "new_token_ratio", path, src, (dict,)),
+                                         path) if "new_token_ratio" in data else None,
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -506,6 +546,24 @@ def _kv_pool(data: dict, path: Path) -> KvPoolRule:
                            f"{', '.join(RESERVE_TERMS)} (numbers >= 0)")
     return KvPoolRule(str(of), None if share is None else float(share),
                       tuple(sorted((k, float(v)) for k, v in (reserve or {}).items())))
+
+
+def _new_token_ratio(data: dict, path: Path) -> NewTokenRatio:
+    """The ``new_token_ratio`` mapping: ``initial`` and ``minimum_factor`` (the
+    minimum as a share of the initial ratio) in (0, 1], whole ``decay_steps``,
+    ``retract_steps`` and ``clip_tokens`` >= 1."""
+    keys = ("initial", "minimum_factor", "decay_steps", "retract_steps", "clip_tokens")
+    ok = set(data) == set(keys) and all(
+        isinstance(data[k], (int, float)) and not isinstance(data[k], bool) for k in keys)
+    ok = ok and 0 < data["initial"] <= 1 and 0 < data["minimum_factor"] <= 1 and all(
+        isinstance(data[k], int) and data[k] >= 1 for k in keys[2:])
+    if not ok:
+        raise CatalogError(f"{path}: new_token_ratio must give initial and minimum_factor in "
+                           "(0, 1] and whole decay_steps, retract_steps and clip_tokens >= 1")
+    initial = float(data["initial"])
+    return NewTokenRatio(initial, initial * float(data["minimum_factor"]),
+                         int(data["decay_steps"]), int(data["retract_steps"]),
+                         int(data["clip_tokens"]))
 
 
 def _count(flag: str, value, top: int) -> int:
@@ -579,12 +637,17 @@ def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
                      "whose prompts run whole; chunking applies to in-flight engines")
 
 
-KV_POLICIES = ("reserve", "preempt")
+KV_POLICIES = ("reserve", "preempt", "estimate", "exact")
 """How an in-flight engine admits requests against its KV cache: ``reserve``, only
 when the cache holds the prompt and the whole output (TensorRT-LLM
 GUARANTEED_NO_EVICT); ``preempt``, against the prompt alone, the cache growing a
 token per decode and the newest request evicted and recomputed when it is full
-(vLLM; TensorRT-LLM MAX_UTILIZATION)."""
+(vLLM; TensorRT-LLM MAX_UTILIZATION); ``estimate``, against the prompt and a
+decaying share of the outputs still to come, retracting when the cache runs out
+(SGLang's default, ``NewTokenRatio``; engines that have it); ``exact``, only when
+every admitted request can still finish without an eviction, the KV freed by
+those finishing first counted (SGLang for requests sent with ``ignore_eos`` and
+the radix cache disabled, as its serving benchmark does)."""
 
 
 def with_kv_policy(engine: Engine, policy: str | None) -> Engine:
@@ -599,7 +662,13 @@ def with_kv_policy(engine: Engine, policy: str | None) -> Engine:
         raise InputError(f"invalid --kv-policy {policy}: engine {engine.name} serves static "
                          "batches, each holding its whole cache; admission applies to "
                          "in-flight engines")
-    return dataclasses.replace(engine, kv_reserves_output=policy == "reserve")
+    if policy == "estimate" and engine.new_token_ratio is None:
+        raise InputError(f"invalid --kv-policy estimate: engine {engine.name} has no "
+                         "estimate of the outputs to come (SGLang's new_token_ratio); allowed "
+                         "are reserve, preempt, exact")
+    return dataclasses.replace(
+        engine, kv_reserves_output=policy == "reserve", kv_exact_admission=policy == "exact",
+        new_token_ratio=engine.new_token_ratio if policy == "estimate" else None)
 
 
 def with_max_batched_tokens(engine: Engine, tokens: int | None) -> Engine:

@@ -187,7 +187,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
              reserve_output: bool = True, arrivals_s: np.ndarray | None = None,
              clock: "_Clock | None" = None, decode_steps: int = 1,
              mixed: bool = True, first_in_prefill: bool = True,
-             overlap: bool = False) -> Schedule:
+             overlap: bool = False, admission: str = "", ratio=None) -> Schedule:
     """Which requests every engine step runs (module doc). ``budget_tokens``: the
     tokens one step may process, decodes included (None: no cap); ``chunked``:
     prompts are split to fill it, else whole prompts go while they fit (at least
@@ -222,7 +222,15 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     the requests sent before the step that just ended began: an arrival waits for
     the step under way and the one already built (a decode run stops one step
     after it), and a closed-loop client's next request joins a step later than it
-    would. An idle engine builds at once."""
+    would. An idle engine builds at once.
+
+    ``admission`` (with ``reserve_output`` False): ``"exact"``, a request joins
+    only if every admitted request can still finish without an eviction, their
+    output lengths known (``_finishes``); ``"estimate"``, against its prompt and
+    whole output plus, for each running request, ``ratio`` (a
+    ``engines.NewTokenRatio``) times its remaining output, the ratio decaying a
+    decode step and reset when a retraction frees room for ``retract_steps``
+    steps (SGLang's ``PrefillAdder`` and ``retract_decode``); else on the prompt."""
     timed = arrivals_s is not None
     n = len(inputs)
     sent_after = np.full(n, -1, dtype=np.int64)
@@ -244,8 +252,33 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     deferred: list[int] = []                    # sent, for the step after the one built
     lag = 0.0                                   # seconds of the step that just ended
 
+    exact = admission == "exact" and not reserve_output
+    estimate = ratio if admission == "estimate" and not reserve_output else None
+    share = estimate.initial if estimate else 0.0
+    clip = estimate.clip_tokens if estimate else 0
+    joining: list[int] = []                     # admitted in the step being built
+    blocked = False                             # exact: refused, nothing finished since
+
     def need(r: int) -> float:
         return float(prompt[r] + (resume[r] + 1 if reserve_output else 0))
+
+    def admits(r: int) -> bool:
+        """Whether ``r`` may join the running requests (``admission``)."""
+        pre = [e[0] for e in prefilling[:len(prefilling) - len(joining)]]
+        if exact:
+            return _finishes(kv_capacity_tokens - reserved - prompt[r],
+                             np.concatenate([left, resume[pre] + 1, resume[joining] + 1,
+                                             [resume[r] + 1]]),
+                             np.concatenate([context, prompt[pre], prompt[joining],
+                                             [prompt[r]]]))
+        if estimate:
+            held_back = share * float(np.minimum(left, clip).sum()
+                                      + np.minimum(resume[pre] + 1, clip).sum())
+            whole = float((prompt[joining] + np.minimum(resume[joining] + 1, clip)).sum()
+                          - prompt[joining].sum())
+            return reserved + held_back + whole + prompt[r] + min(resume[r] + 1, clip) \
+                < kv_capacity_tokens
+        return reserved + need(r) <= kv_capacity_tokens
 
     while waiting or prefilling or len(ids) or deferred or (timed and next_sent < n):
         idle = not (waiting or prefilling or len(ids))
@@ -262,13 +295,18 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                 waiting.append(next_sent)
                 next_sent += 1
         latest = 0.0
-        while waiting and len(prefilling) + len(ids) < max_seqs:
+        joining = []
+        while waiting and len(prefilling) + len(ids) < max_seqs and not blocked:
             r = waiting[0]
-            if reserved + need(r) > kv_capacity_tokens and (prefilling or len(ids)):
+            if (prefilling or len(ids)) and not admits(r):
+                # Exact: until a request finishes, each step costs the free pool as much as
+                # it brings every finish nearer, so the refusal stands (no need to re-sort).
+                blocked = exact
                 break                           # waits for KV room (alone, it runs anyway)
             waiting.popleft()
             reserved += need(r)
             prefilling.append([r, 0])
+            joining.append(r)
             if timed:
                 latest = max(latest, float(arrivals_s[r]))
         peak = max(peak, reserved)
@@ -326,8 +364,14 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     steps = max(1, min(steps, int(np.ceil(wait / one)) + int(overlap)))
             if decode_steps > 1:                # the scheduler acts between whole runs
                 steps = decode_steps * int(np.ceil(steps / decode_steps))
-            if not reserve_output:              # stop where the cache would overflow
+            if not reserve_output and len(ids) > 1:     # stop where the cache would overflow
                 steps = max(1, min(steps, int((kv_capacity_tokens - reserved) // len(ids))))
+            if estimate and waiting and steps > 1 and len(ids) < max_seqs:
+                steps = _estimate_opens(steps, kv_capacity_tokens - reserved, left, clip,
+                                        share, estimate, need(waiting[0])
+                                        + min(resume[waiting[0]] + 1, clip))
+            if estimate:
+                share = max(share - estimate.decay_per_step * steps, estimate.minimum)
             if timed:
                 clock.advance(steps * one)
             seg = segments.add(steps, len(ids), float(context.sum() / len(ids) + steps / 2.0),
@@ -338,6 +382,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             context += steps
         ending = left <= 0
         done_now = int(ending.sum())
+        blocked = blocked and not done_now
         if done_now:
             finished[ids[ending]] = seg
             if reserve_output:                  # whole requests: what they reserved leaves
@@ -345,14 +390,24 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             ids, left, context = ids[~ending], left[~ending], context[~ending]
         if not reserve_output:                  # the cache grew by a token per decode
             reserved = _held(ids, context, prefilling, prompt, whole_request, reserve_output)
-        while not reserve_output and reserved > kv_capacity_tokens and len(ids) > 1:
+        # SGLang retracts until the next retract_steps decode steps fit, not just the next.
+        retracting = estimate is not None and len(ids) > 1 \
+            and reserved + len(ids) > kv_capacity_tokens
+        room = estimate.retract_steps if retracting else 0
+        while not reserve_output and len(ids) > 1 \
+                and reserved + room * len(ids) > kv_capacity_tokens:
             r = int(ids[-1])                    # the newest running request is preempted
             prompt[r], resume[r] = int(context[-1]), int(left[-1]) - 1
             ids, left, context = ids[:-1], left[:-1], context[:-1]
             if r in opening:                    # its first token comes after its recompute
                 opening.remove(r)
             waiting.appendleft(r)
+            blocked = False
             reserved = _held(ids, context, prefilling, prompt, whole_request, reserve_output)
+        if retracting:                          # the decoded share of what remains, and room
+            total = np.minimum(outputs[ids], clip)
+            share = min(1.0, float((total - np.minimum(left, clip)).sum() + room * len(ids))
+                        / (float(total.sum()) + 1.0))
         peak = max(peak, reserved)
         not_before.append(latest)              # one segment per pass
         waiting.extend(deferred)                # now for the step being built
@@ -372,6 +427,32 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
                     if any(segments.stalled) else None,
                     opened=np.asarray(segments.opened, dtype=float)
                     if any(segments.opened) else None)
+
+
+def _finishes(free_tokens: float, left: np.ndarray, held: np.ndarray) -> bool:
+    """Whether requests that each hold ``held`` KV tokens and will write ``left``
+    more can all finish in ``free_tokens`` of free KV: taken in the order they
+    finish, when the ``i``-th does, the ``n - i`` still running have each written
+    its ``left`` more, and those finished before have freed what they held; one
+    token a running request is kept spare (SGLang ``add_one_req_ignore_eos``,
+    ``IGNORE_EOS_RESERVE_TOKENS``)."""
+    order = np.argsort(left, kind="stable")
+    left, held = left[order].astype(float), held[order].astype(float)
+    running = len(left) - np.arange(len(left))
+    freed = np.concatenate([[0.0], np.cumsum(held)[:-1]])
+    return bool(np.all(free_tokens + freed - left * running > running))
+
+
+def _estimate_opens(steps: int, free_tokens: float, left: np.ndarray, clip: int,
+                    share: float, ratio, need: float) -> int:
+    """Decode steps, at most ``steps``, until the estimate admits a request needing
+    ``need`` tokens: each step the running requests write a token each and the
+    share held back for their outputs decays (``schedule``'s ``estimate``)."""
+    k = np.arange(1, steps + 1, dtype=float)
+    rest = np.maximum(float(np.minimum(left, clip).sum()) - len(left) * k, 0.0)
+    kept = np.maximum(share - ratio.decay_per_step * k, ratio.minimum) * rest
+    opens = np.nonzero(free_tokens - len(left) * k - kept > need)[0]
+    return int(k[opens[0]]) if len(opens) else steps
 
 
 def _held(ids, context, prefilling, prompt, whole_request, reserve_output: bool) -> float:
@@ -514,7 +595,7 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
                         float(capacity[i]), engine.max_batched_tokens, engine.chunked_prefill,
                         engine.kv_reserves_output, arrivals, clock, engine.decode_steps,
                         engine.mixed_prefill, engine.prefill_samples_first_token,
-                        engine.overlap_schedule)
+                        engine.overlap_schedule, engine.kv_policy, engine.new_token_ratio)
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs, share.steady,

@@ -118,11 +118,16 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if e.continuous and e.chunked_prefill != default.chunked_prefill:
         what += ("; prompts chunked to fill each step's budget" if e.chunked_prefill else
                  "; prompts prefilled whole")
-    if e.continuous and e.kv_reserves_output != default.kv_reserves_output:
-        what += ("; a request is admitted only when the KV cache holds its whole output"
-                 if e.kv_reserves_output else
-                 "; requests admitted against their prompt, the newest evicted and "
-                 "recomputed when the KV cache fills")
+    if e.continuous and e.kv_policy != default.kv_policy:
+        what += {"reserve": "; a request is admitted only when the KV cache holds its whole "
+                            "output",
+                 "preempt": "; requests admitted against their prompt, the newest evicted "
+                            "and recomputed when the KV cache fills",
+                 "estimate": "; requests admitted against their prompt and an estimate of "
+                             "the outputs to come, the newest retracted when the KV cache "
+                             "fills",
+                 "exact": "; a request is admitted only when every admitted request can "
+                          "still finish without an eviction"}[e.kv_policy]
     return f"engine: {e.name}, {e.display_name} {e.version}{why}; {what}"
 
 
@@ -256,8 +261,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "chunked_prefill": result.engine.chunked_prefill if result.engine else None,
             "kv_memory_fraction": (result.engine.kv_pool.share
                                    if result.engine and result.engine.kv_pool else None),
-            "kv_policy": (None if result.engine is None else
-                          "reserve" if result.engine.kv_reserves_output else "preempt"),
+            "kv_policy": None if result.engine is None else result.engine.kv_policy,
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}
