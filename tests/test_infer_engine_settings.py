@@ -169,3 +169,46 @@ def test_sglang_benchmark_rows_without_radix_cache_admit_exactly():
     exact = points[points["kv_policy"] == "exact"]
     assert len(exact) == 19
     assert all("--disable-radix-cache" in s for s in exact["source_location"])
+
+
+def _ttft_ms(engine, gpu, precision, input_len=8192):
+    workload = InferenceWorkload(input_len, 16, precision)
+    result = search(MODEL, workload, Cluster(get_gpu(gpu), 1, 1), engine=engine,
+                    mode="static", pins=Pins((1,), (1,), (1,)))
+    return result.table.iloc[0].ttft_ms
+
+
+def test_fp8_context_fmha_speeds_long_prompts_only_where_it_runs():
+    # An 8K-token prompt of Llama 3 8B spends a good part of its prefill in
+    # attention; run in FP8 (TensorRT-LLM's default for FP8 engines) it is faster
+    # on Hopper, and the switch changes nothing with a BF16 cache or on an Ada L40S
+    # (FP8 GEMMs, but the kernel is built for Hopper and Blackwell).
+    off = engines.with_fp8_context_fmha(TRT, False)
+    assert TRT.fp8_context_fmha is True and "hopper" in TRT.fp8_fmha_generations
+    assert _ttft_ms(TRT, "h100-80gb", "fp8") < 0.97 * _ttft_ms(off, "h100-80gb", "fp8")
+    assert _ttft_ms(TRT, "h100-80gb", "bf16") == _ttft_ms(off, "h100-80gb", "bf16")
+    assert _ttft_ms(TRT, "l40s", "fp8") == _ttft_ms(off, "l40s", "fp8")
+    with pytest.raises(InputError, match="invalid --fp8-context-fmha: engine vllm has no "
+                                         "FP8 context attention kernel"):
+        engines.with_fp8_context_fmha(engines.get_engine("vllm"), True)
+
+
+def test_cli_reports_fp8_context_fmha_and_refuses_it_where_it_is_absent(capsys, tmp_path):
+    args = BASE + ["--precision", "fp8", "--batch", "4"]
+    code, out, _ = run_cli(args + ["--output-dir", str(tmp_path / "a")], capsys)
+    assert code == 0 and json.loads(out)["fp8_context_fmha"] is True
+    code, out, _ = run_cli(args + ["--no-fp8-context-fmha", "--output-dir",
+                                   str(tmp_path / "b")], capsys)
+    assert code == 0 and json.loads(out)["fp8_context_fmha"] is False
+    vllm = [a if a != "tensorrt-llm" else "vllm" for a in BASE]
+    code, _, err = run_cli(vllm + ["--fp8-context-fmha", "--batch", "4", "--output-dir",
+                                   str(tmp_path / "c")], capsys)
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "fp8-context-fmha" in err
+
+
+def test_mlperf_rows_say_whether_their_engines_ran_fp8_context_fmha():
+    points = load_points(default_points_path())
+    off = set(points.loc[points["fp8_context_fmha"].astype(str).str.lower() == "false",
+                         "point_id"])
+    # v4.1's builders never set it; v5.1's Mixtral configs disable it
+    assert off == {f"J{n:03d}" for n in range(1, 15)} | {"J023", "J024"}

@@ -110,6 +110,10 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="TensorRT-LLM: run each row-parallel GEMM fused with its tensor-parallel "
                    "all-reduce (trtllm-build --gemm_allreduce_plugin), which then hides under "
                    "the GEMM inside one NVLink domain on Hopper and Blackwell; default off.")
+@click.option("--fp8-context-fmha/--no-fp8-context-fmha", "fp8_context_fmha", default=None,
+              help="TensorRT-LLM with --precision fp8 or nvfp4: run the prompts' attention "
+                   "(context FMHA) on FP8 tensor cores (trtllm-build --use_fp8_context_fmha, "
+                   "as trtllm-bench builds FP8 engines), on Hopper and Blackwell; default on.")
 @click.option("--cuda-graph-max-batch", type=int, default=None,
               help="In-flight engines that capture decode steps as CUDA graphs up to a batch "
                    "(SGLang --cuda-graph-max-bs): larger decode batches, and prefills, launch "
@@ -222,7 +226,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
           dataset_name,
           num_requests, max_ttft_ms, max_tpot_ms, max_latency_ms,
           min_throughput, precision, objective, engine_name, decode_steps, mixed_prefill,
-          overlap_schedule, gemm_allreduce_fusion, cuda_graph_max_batch,
+          overlap_schedule, gemm_allreduce_fusion, fp8_context_fmha, cuda_graph_max_batch,
           max_batched_tokens, kv_cache_tokens, kv_memory_fraction, chunked_prefill, kv_policy,
           batching, batch, concurrency,
           request_rate, dispatch, limit_statistic, disaggregated, tp,
@@ -264,7 +268,7 @@ def infer(model, size, layers, hidden, heads, kv_heads, ffn, vocab, swiglu, gpu,
     engine = engines.configured(engine_name, decode_steps, mixed_prefill, chunked_prefill,
                                 max_batched_tokens, kv_cache_tokens, kv_policy,
                                 kv_memory_fraction, overlap_schedule, cuda_graph_max_batch,
-                                gemm_allreduce_fusion)
+                                gemm_allreduce_fusion, fp8_context_fmha)
     engines.check_precision(engine, precision)
     if engine.decode_steps > 1 and (batching == "static" or batch):
         raise InputError(f"invalid --decode-steps {engine.decode_steps}: multi-step decoding "

@@ -239,6 +239,12 @@ class Engine:
     the TP group inside one NVLink domain (``latency.stage_seconds``)."""
     gemm_fusion_generations: tuple[str, ...] = ()
     """GPU generations the fused GEMM + all-reduce kernel is built for."""
+    fp8_context_fmha: bool | None = None
+    """With FP8 weights and KV cache, the prompts' attention (context FMHA) runs on
+    FP8 tensor cores (TensorRT-LLM ``--use_fp8_context_fmha``), on
+    ``fp8_fmha_generations`` GPUs; None: the engine has no such kernel."""
+    fp8_fmha_generations: tuple[str, ...] = ()
+    """GPU generations the FP8 context FMHA runs on."""
     new_token_ratio: NewTokenRatio | None = None
     """Admission against the prompt plus an estimate of the outputs still to come
     (``NewTokenRatio``, SGLang); None: the engine admits by ``kv_reserves_output``."""
@@ -482,6 +488,11 @@ def _load(path_text: str) -> Engine:
         gemm_fusion_generations=tuple(str(g) for g in _value(
             allreduce, "gemm_fusion_generations", path, src, (list,)))
         if "gemm_fusion" in allreduce else (),
+        fp8_context_fmha=bool(_value(data, "fp8_context_fmha", path, src, (bool,)))
+        if "fp8_context_fmha" in data else None,
+        fp8_fmha_generations=tuple(str(g) for g in _value(
+            data, "fp8_context_fmha_generations", path, src, (list,)))
+        if "fp8_context_fmha" in data else (),
         new_token_ratio=_new_token_ratio(_value(data, "new_token_ratio", path, src, (dict,)),
                                          path) if "new_token_ratio" in data else None,
         sources=src)
@@ -628,6 +639,27 @@ def with_gemm_allreduce_fusion(engine: Engine, fused: bool | None) -> Engine:
     return dataclasses.replace(engine, gemm_allreduce_fusion=bool(fused))
 
 
+def with_fp8_context_fmha(engine: Engine, fp8: bool | None) -> Engine:
+    """``engine`` running its prompts' attention in FP8 or not (None: its default;
+    TensorRT-LLM ``trtllm-build --use_fp8_context_fmha``); one-line InputError for
+    an engine without that kernel."""
+    if fp8 is None or fp8 == engine.fp8_context_fmha:
+        return engine
+    if engine.fp8_context_fmha is None:
+        flag = "--" + ("" if fp8 else "no-") + "fp8-context-fmha"
+        raise InputError(f"invalid {flag}: engine {engine.name} has no FP8 context attention "
+                         "kernel (TensorRT-LLM's use_fp8_context_fmha)")
+    return dataclasses.replace(engine, fp8_context_fmha=bool(fp8))
+
+
+def fp8_prompt_attention(engine: Engine, precision: str, generation: str) -> bool:
+    """Whether a prompt's attention runs in FP8: the engine's FP8 context FMHA is
+    on, the KV cache is FP8 (``--precision fp8``, and nvfp4's FP8 cache) and the
+    GPU generation has the kernel."""
+    return bool(engine.fp8_context_fmha) and precision in ("fp8", "nvfp4") \
+        and generation in engine.fp8_fmha_generations
+
+
 def with_chunked_prefill(engine: Engine, chunked: bool | None) -> Engine:
     """``engine`` with prompts split to fill each step's token budget or run whole
     (None: its default; TensorRT-LLM ``enable_chunked_context``, vLLM
@@ -738,7 +770,8 @@ def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool |
                kv_memory_fraction: float | None = None,
                overlap_schedule: bool | None = None,
                cuda_graph_max_batch: int | None = None,
-               gemm_allreduce_fusion: bool | None = None) -> Engine:
+               gemm_allreduce_fusion: bool | None = None,
+               fp8_context_fmha: bool | None = None) -> Engine:
     """Engine ``name`` with the settings a user gives ``infer`` (None: the engine's
     default), checked in one order so the CLI and ``infer-validate`` agree."""
     engine = with_mixed_prefill(with_decode_steps(get_engine(name), decode_steps), mixed_prefill)
@@ -748,6 +781,7 @@ def configured(name: str, decode_steps: int | None = None, mixed_prefill: bool |
     engine = with_max_batched_tokens(engine, max_batched_tokens)
     engine = with_kv_policy(with_kv_cache_tokens(engine, kv_cache_tokens), kv_policy)
     engine = with_gemm_allreduce_fusion(engine, gemm_allreduce_fusion)
+    engine = with_fp8_context_fmha(engine, fp8_context_fmha)
     return with_kv_memory_fraction(engine, kv_memory_fraction)
 
 

@@ -159,7 +159,8 @@ from autoconfig.core.model import (ModelSpec, attention_core_flops_per_token,
 from autoconfig.inference.collectives import (kernel_gpu_floor_s, moe_block_extra_kernels,
                                               tp_allreduce_s)
 from autoconfig.inference.dispatch import arrival_cv2
-from autoconfig.inference.engine import Engine, get_engine
+from autoconfig.inference.constants import fp8_attention_speedup
+from autoconfig.inference.engine import Engine, fp8_prompt_attention, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, moe_layer_share,
                                          per_layer_mean, weights_bytes_per_gpu)
@@ -318,7 +319,10 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
     # Kernels run one after another, each bound by its own compute or memory
     # (a roofline per kernel): the step is their sum.
     gemms = np.maximum(gemm_compute, streamed)
-    attention = prefill_attention / (eff * peak) + np.maximum(
+    # FP8 context FMHA: the prompts' attention on FP8 tensor cores (heuristics/inference.yaml).
+    fmha = (fp8_attention_speedup()
+            if fp8_prompt_attention(engine, workload.precision, gpu.generation) else 1.0)
+    attention = prefill_attention / (eff * peak * fmha) + np.maximum(
         decode_attention / (eff * peak),
         kv_read / (hbm * engine.decode_attention_hbm_efficiency))
 

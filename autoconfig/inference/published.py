@@ -47,7 +47,7 @@ OPTIONAL = ("engine", "batching", "num_gpus", "request_rate_per_s", "ttft_ms", "
             "input_len_std_tokens", "output_len_std_tokens", "decode_steps", "mixed_prefill",
             "max_batched_tokens", "kv_cache_tokens", "chunked_prefill", "kv_policy",
             "kv_memory_fraction", "length_dist", "overlap_schedule", "cuda_graph_max_batch",
-            "dispatch", "gemm_allreduce_fusion")
+            "dispatch", "gemm_allreduce_fusion", "fp8_context_fmha")
 METRICS = (("ttft", "ttft_ms", "ttft_ms"), ("tpot", "tpot_ms", "tpot_ms"),
            ("latency", "latency_ms", "latency_ms"),
            ("throughput", "published_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"))
@@ -180,7 +180,8 @@ def ask(row) -> pd.Series:
                                 budget, pool, _cell(row.kv_policy),
                                 _number(row, "kv_memory_fraction"),
                                 _flag_cell("overlap_schedule", row.overlap_schedule), graphs,
-                                _flag_cell("gemm_allreduce_fusion", row.gemm_allreduce_fusion))
+                                _flag_cell("gemm_allreduce_fusion", row.gemm_allreduce_fusion),
+                                _flag_cell("fp8_context_fmha", row.fp8_context_fmha))
     tp, pp, _, replicas, ep = _layout(row)
     cluster = cluster_from_gpus(gpu, replicas * tp * pp, gpu.gpus_per_node)
     lengths = [_number(row, "input_len_tokens"), _number(row, "output_len_tokens")]

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from autoconfig.atomic import write_atomic
 from autoconfig.core.model import active_params, total_params
-from autoconfig.inference.engine import get_engine
+from autoconfig.inference.engine import fp8_prompt_attention, get_engine
 from autoconfig.inference.latency import step_kernels
 from autoconfig.inference.rate_search import STEEP_LOAD
 from autoconfig.inference.search import InferenceSearchResult
@@ -99,6 +99,8 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
     if e.gemm_allreduce_fusion:
         what += ("; each row-parallel GEMM runs fused with its all-reduce, which hides under "
                  f"it inside one NVLink domain on {', '.join(e.gemm_fusion_generations)} GPUs")
+    if fp8_prompt_attention(e, result.workload.precision, result.cluster.gpu.generation):
+        what += "; the prompts' attention runs in FP8 (context FMHA)"
     if not e.prefill_samples_first_token:
         what += ("; a prompt's first token comes from the decode step after its prefill "
                  "(the prefill stops one token short)")
@@ -262,6 +264,8 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
             "kv_memory_fraction": (result.engine.kv_pool.share
                                    if result.engine and result.engine.kv_pool else None),
             "kv_policy": None if result.engine is None else result.engine.kv_policy,
+            "fp8_context_fmha": (None if result.engine is None else fp8_prompt_attention(
+                result.engine, result.workload.precision, result.cluster.gpu.generation)),
             "batching": result.mode,
             "candidates": result.candidates, "rejected": result.rejected,
             "plans": json.loads(table.to_json(orient="records"))}
