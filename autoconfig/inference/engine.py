@@ -626,30 +626,30 @@ def with_overlap_schedule(engine: Engine, overlap: bool | None) -> Engine:
                      "with no scheduler admitting requests between steps")
 
 
+def _with_kernel(engine: Engine, field: str, on: bool | None, flag: str, kernel: str) -> Engine:
+    """``engine`` with its optional kernel ``field`` switched ``on`` or off (None:
+    its default); one-line InputError naming ``--[no-]flag`` where the engine has
+    no such kernel (the field is None)."""
+    if on is None or on == getattr(engine, field):
+        return engine
+    if getattr(engine, field) is None:
+        raise InputError(f"invalid --{'' if on else 'no-'}{flag}: engine {engine.name} has no "
+                         f"{kernel}")
+    return dataclasses.replace(engine, **{field: bool(on)})
+
+
 def with_gemm_allreduce_fusion(engine: Engine, fused: bool | None) -> Engine:
     """``engine`` with its row-parallel GEMMs fused with their all-reduce or not
-    (None: its default; TensorRT-LLM ``trtllm-build --gemm_allreduce_plugin``);
-    one-line InputError for an engine without that kernel."""
-    if fused is None or fused == engine.gemm_allreduce_fusion:
-        return engine
-    if engine.gemm_allreduce_fusion is None:
-        flag = "--" + ("" if fused else "no-") + "gemm-allreduce-fusion"
-        raise InputError(f"invalid {flag}: engine {engine.name} has no fused GEMM + "
-                         "all-reduce kernel (TensorRT-LLM's gemm_allreduce_plugin)")
-    return dataclasses.replace(engine, gemm_allreduce_fusion=bool(fused))
+    (None: its default; TensorRT-LLM ``trtllm-build --gemm_allreduce_plugin``)."""
+    return _with_kernel(engine, "gemm_allreduce_fusion", fused, "gemm-allreduce-fusion",
+                        "fused GEMM + all-reduce kernel (TensorRT-LLM's gemm_allreduce_plugin)")
 
 
 def with_fp8_context_fmha(engine: Engine, fp8: bool | None) -> Engine:
     """``engine`` running its prompts' attention in FP8 or not (None: its default;
-    TensorRT-LLM ``trtllm-build --use_fp8_context_fmha``); one-line InputError for
-    an engine without that kernel."""
-    if fp8 is None or fp8 == engine.fp8_context_fmha:
-        return engine
-    if engine.fp8_context_fmha is None:
-        flag = "--" + ("" if fp8 else "no-") + "fp8-context-fmha"
-        raise InputError(f"invalid {flag}: engine {engine.name} has no FP8 context attention "
-                         "kernel (TensorRT-LLM's use_fp8_context_fmha)")
-    return dataclasses.replace(engine, fp8_context_fmha=bool(fp8))
+    TensorRT-LLM ``trtllm-build --use_fp8_context_fmha``)."""
+    return _with_kernel(engine, "fp8_context_fmha", fp8, "fp8-context-fmha",
+                        "FP8 context attention kernel (TensorRT-LLM's use_fp8_context_fmha)")
 
 
 def fp8_prompt_attention(engine: Engine, precision: str, generation: str) -> bool:
