@@ -262,21 +262,25 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
     def need(r: int) -> float:
         return float(prompt[r] + (resume[r] + 1 if reserve_output else 0))
 
+    def outputs_to_come(r) -> object:
+        """Output tokens request(s) ``r`` will still write once prefilled, clipped as
+        the estimate clips them."""
+        return np.minimum(resume[r] + 1, clip)
+
     def admits(r: int) -> bool:
         """Whether ``r`` may join the running requests (``admission``)."""
-        pre = [e[0] for e in prefilling[:len(prefilling) - len(joining)]]
         if exact:
+            pre = [e[0] for e in prefilling]
             return _finishes(kv_capacity_tokens - reserved - prompt[r],
-                             np.concatenate([left, resume[pre] + 1, resume[joining] + 1,
-                                             [resume[r] + 1]]),
-                             np.concatenate([context, prompt[pre], prompt[joining],
-                                             [prompt[r]]]))
+                             np.concatenate([left, resume[pre] + 1, [resume[r] + 1]]),
+                             np.concatenate([context, prompt[pre], [prompt[r]]]))
         if estimate:
+            # Admitted before this step: a share of their outputs; in it: the whole.
+            pre = [e[0] for e in prefilling[:len(prefilling) - len(joining)]]
             held_back = share * float(np.minimum(left, clip).sum()
-                                      + np.minimum(resume[pre] + 1, clip).sum())
-            whole = float((prompt[joining] + np.minimum(resume[joining] + 1, clip)).sum()
-                          - prompt[joining].sum())
-            return reserved + held_back + whole + prompt[r] + min(resume[r] + 1, clip) \
+                                      + outputs_to_come(pre).sum())
+            whole = float(outputs_to_come(joining).sum())
+            return reserved + held_back + whole + prompt[r] + outputs_to_come(r) \
                 < kv_capacity_tokens
         return reserved + need(r) <= kv_capacity_tokens
 
@@ -369,7 +373,7 @@ def schedule(inputs: np.ndarray, outputs: np.ndarray, clients: int, max_seqs: in
             if estimate and waiting and steps > 1 and len(ids) < max_seqs:
                 steps = _estimate_opens(steps, kv_capacity_tokens - reserved, left, clip,
                                         share, estimate, need(waiting[0])
-                                        + min(resume[waiting[0]] + 1, clip))
+                                        + outputs_to_come(waiting[0]))
             if estimate:
                 share = max(share - estimate.decay_per_step * steps, estimate.minimum)
             if timed:
