@@ -71,6 +71,15 @@ CASES = {
                                     recompute_method="block", recompute_num_layers=2,
                                     distributed_optimizer=True, first_stage_layers=7,
                                     last_stage_layers=7), "nemo"),
+    # Megatron-FSDP as Megatron-Bridge's llama3 70B GB200/GB300 FSDP recipes lay it out
+    # (perf_recipes/llama: TP 1, DP 64, optim_grads_params, 20 layers' activations offloaded)
+    "llama3-70b-fp8-megatron-fsdp": ("llama3-70b", "gb300", 16, 256, 8192, "fp8",
+                                     Plan(tp=1, pp=1, dp=64, mbs=2, distributed_optimizer=True),
+                                     ("nemo", {"fsdp_sharding": "full-shard",
+                                               "cpu_offload_layers": 20})),
+    "llama3-8b-bf16-offload": ("llama3-8b", "h100-80gb", 1, 128, 8192, "bf16",
+                               Plan(tp=1, pp=1, dp=8, mbs=1),
+                               ("megatron-lm", {"cpu_offload_layers": 8})),
     # NVFP4 as Megatron-Bridge's llama3_70b GB300 NVFP4 performance recipe lays it out
     "llama3-70b-nvfp4-gb300-vp": ("llama3-70b", "gb300", 16, 256, 8192, "nvfp4",
                                   Plan(tp=1, pp=4, dp=16, vp=5, mbs=1,

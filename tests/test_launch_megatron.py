@@ -140,6 +140,15 @@ def test_args_parse_and_match_the_plan(name, data):
         assert ns.recompute_method == p.recompute_method
         assert ns.recompute_num_layers == spec.recompute_num_layers
     assert ns.use_distributed_optimizer == p.distributed_optimizer
+    # Megatron-FSDP exactly where the prediction sharded the weights; validate_args
+    # asserts the fsdp_dtensor checkpoint format with it
+    assert ns.use_megatron_fsdp == spec.software.megatron_fsdp
+    if ns.use_megatron_fsdp:
+        assert ns.data_parallel_sharding_strategy == "optim_grads_params"
+        assert ns.ckpt_format == "fsdp_dtensor"
+    else:
+        assert ns.ckpt_format == "torch_dist"
+    assert ns.cpu_offloading_num_layers == spec.software.cpu_offload_layers
     # stack: exactly the features the prediction assumed
     sw = spec.software
     assert ns.tp_comm_overlap == (sw.tp_comm_overlap and p.tp > 1 and p.sp)

@@ -123,6 +123,12 @@ def test_nemo1_overrides_compose_and_match(name):
                                          else None)
     assert model["activation"] == ("swiglu" if m.mlp_kind == "swiglu" else "gelu")
     assert model["normalization"] == m.norm_kind and model["bias"] == m.has_bias
+    offloaded = spec.software.cpu_offload_layers
+    assert model["cpu_offloading"] == bool(offloaded)
+    if offloaded:   # the yaml's default offloads weights too; the prediction did not
+        assert model["cpu_offloading_num_layers"] == offloaded
+        assert (model["cpu_offloading_activations"], model["cpu_offloading_weights"]) == \
+            (True, False)
     assert model["share_embeddings_and_output_weights"] == m.tied_embeddings
     assert model["encoder_seq_length"] == w.seq_len
     if m.position_embedding == "rope":
@@ -285,6 +291,17 @@ def test_bridge_recipe_values_match(name, monkeypatch):
                                                                       b.weight_decay)
     assert cfg.model.init_method_std == pytest.approx(b.init_method_std, rel=1e-5)
     assert cfg.ddp.overlap_grad_reduce == spec.software.overlap_grad_reduce
+    assert cfg.ddp.use_megatron_fsdp == spec.software.megatron_fsdp
+    offloaded = spec.software.cpu_offload_layers
+    assert getattr(cfg.model, "cpu_offloading", False) == bool(offloaded)
+    if offloaded:
+        assert cfg.model.cpu_offloading_num_layers == offloaded
+        assert cfg.model.cpu_offloading_weights is False
+    if spec.software.megatron_fsdp:
+        assert cfg.ddp.data_parallel_sharding_strategy == "optim_grads_params"
+        assert cfg.checkpoint.ckpt_format == "fsdp_dtensor"
+    else:
+        assert not hasattr(cfg.ddp, "data_parallel_sharding_strategy")
     assert cfg.model.gradient_accumulation_fusion == spec.software.gradient_accumulation_fusion
     # the loss the prediction priced (the Bridge recipes' te, unfused for megatron-lm)
     assert cfg.model.cross_entropy_loss_fusion == (spec.software.cross_entropy
@@ -329,7 +346,8 @@ def test_nemo1_moe_keys_compose_and_match(name):
 
 
 @pytest.mark.parametrize("name, reason", [("deepseek-v3-ep64-pp8-hybridep", "multi-latent"),
-                                          ("mixtral-8x7b-etp2", "expert tensor parallelism")])
+                                          ("mixtral-8x7b-etp2", "expert tensor parallelism"),
+                                          ("llama3-70b-fp8-megatron-fsdp", "Megatron-FSDP")])
 def test_nemo1_refuses_what_it_cannot_run(name, reason):
     """No nemo_overrides.txt for MLA or ETP != TP: the reason goes where the files are
     listed (best.yaml's launch section), as for a stack that launches nothing."""

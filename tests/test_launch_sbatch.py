@@ -7,6 +7,7 @@ pretrain_gpt.py, submits it to the real single-node SLURM
 each other through the script's rendezvous and finished a training step.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -21,9 +22,10 @@ from autoconfig.core.catalog import get_gpu, get_model
 from autoconfig.core.hardware import Cluster
 from autoconfig.core.plan import Plan, Workload
 from autoconfig.launch.megatron_lm import megatron_args_script
-from autoconfig.launch.sbatch import render_sbatch
+from autoconfig.launch.sbatch import environment, render_sbatch
 from autoconfig.launch.spec import SlurmSettings, launch_spec
 from autoconfig.profiling.spec import ProfileSpec
+from autoconfig.training.stack import with_overrides
 from launch_cases import ALL_CASES, T5_CASES, case_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +86,17 @@ def test_plain_plan_without_options_has_no_empty_directives():
     text = render_sbatch(case_spec("llama3-8b-bf16-plain"))
     assert "--partition" not in text and "--time" not in text
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in text   # TP = CP = 1 (Bridge overrides)
+
+
+def test_megatron_fsdp_keeps_several_hardware_queues():
+    """Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 with Megatron-FSDP, where a
+    TP/CP plan on Hopper otherwise gets 1."""
+    spec = case_spec("llama3-8b-fp8-cp")                      # H100, TP 2, CP 2
+    assert dict((n, v) for n, v, _ in environment(spec))["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    sharded = dataclasses.replace(spec, software=with_overrides(spec.software,
+                                                                fsdp_sharding="full-shard"))
+    assert sharded.software.megatron_fsdp
+    assert dict((n, v) for n, v, _ in environment(sharded))["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
 
 
 def test_moe_environment_follows_the_dispatcher_and_overlap():

@@ -39,12 +39,21 @@ def _modules(recompute: str, modules: str) -> str:
     return module_list(module_mask(modules))
 
 
+def _sharding_label(software: dict) -> str:
+    """', Megatron-FSDP full-shard' (or the PyTorch FSDP strategy) where the data
+    parallel ranks shard the weights too; '' where they do not."""
+    name = software.get("fsdp_sharding")
+    if not name:
+        return ""
+    return f", {'Megatron-FSDP' if software.get('megatron_fsdp') else 'FSDP'} {name}"
+
+
 def render_table(result: dict) -> str:
     plan = Plan(**result["plan"])
     head = (f"{result['model']} on {result['gpus']} x {result['gpu']}, gbs "
             f"{result['global_batch_size']}, seq {result['seq_len']}, {result['precision']}"
             + (f" ({result['fp8_recipe']})" if result.get("fp8_recipe") else "") + ": "
-            f"{describe_plan(plan)}")
+            f"{describe_plan(plan)}" + _sharding_label(result["software"]))
     rows = [("step time (s)", f"{result['step_time_s']:.4f}"),
             ("tokens/s/GPU", f"{result['tokens_per_s_per_gpu']:.1f}"),
             ("TFLOP/s/GPU (model)", f"{result['tflops_per_gpu']:.1f}"),

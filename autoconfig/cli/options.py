@@ -291,7 +291,10 @@ def stack_options(func):
                      help="Override: pipeline sends of the interleaved schedule (VP > 1) "
                           "overlapped with compute (Megatron-LM default)."),
         click.option("--fsdp-sharding", type=click.Choice(tuple(FSDP_SHARDING)), default=None,
-                     help="Override for FSDP stacks: full-shard or shard-grad-op."),
+                     help="Override: fully sharded data parallel. PyTorch FSDP stacks: "
+                          "full-shard or shard-grad-op; megatron-core stacks: full-shard, "
+                          "Megatron-FSDP optim_grads_params (weights, gradients and "
+                          "optimizer state sharded; the launch files switch it on)."),
         click.option("--fp8-recipe", default=None,
                      help="Override for --precision fp8: delayed, tensorwise (current scaling), "
                           "mxfp8 (Blackwell) or blockwise (default: what the Megatron-Bridge "
@@ -330,6 +333,10 @@ def stack_options(func):
                           "balanced, as the published benchmarks force)."),
         click.option("--moe-capacity-factor", type=float, default=None,
                      help="MoE: expert capacity factor (tokens over it are dropped); 0: dropless."),
+        click.option("--cpu-offload-layers", type=int, default=None,
+                     help="Copy the activations the first N layers save to host memory and "
+                          "back (Megatron --cpu-offloading-num-layers); needs --pp 1 and "
+                          "--recompute none (megatron-core's rule). Default 0: off."),
     ]
     for option in reversed(options):
         func = option(func)

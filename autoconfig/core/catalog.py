@@ -58,6 +58,7 @@ def gpu_from_yaml(path: Path) -> GPU:
         node_power_w=_optional_positive(data, "node_power_w", path),
         peak_fp16_vector_tflops=_optional_positive(data, "peak_fp16_vector_tflops", path),
         peak_nvfp4_tflops=_optional_positive(data, "peak_nvfp4_tflops", path),
+        host_link_gb_per_s=_optional_positive(data, "host_link_gb_per_s", path),
         cuda_memory_mib=_optional_positive(data, "cuda_memory_mib", path))
 
 

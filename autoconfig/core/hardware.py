@@ -49,6 +49,11 @@ class GPU:
     """FP16 peak of the CUDA cores (no tensor cores), from the architecture
     whitepaper: what a half-precision GEMM whose operands break the tensor cores'
     16-byte alignment runs at; ``None`` where none is published."""
+    host_link_gb_per_s: float | None = None
+    """Bandwidth of the GPU's link to its host CPU's memory, each way, in GB/s:
+    what activation offloading copies over (PCIe on x86 nodes, NVLink-C2C on
+    Grace superchips); ``None`` where the catalog has no figure (offloading is
+    then refused, not priced)."""
     cuda_memory_mib: float | None = None
     """Device memory CUDA reports (``torch.cuda.get_device_properties().total_memory``,
     deviceQuery) where it falls short of the datasheet's capacity by more than the

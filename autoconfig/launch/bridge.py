@@ -21,6 +21,7 @@ without DeepEP/HybridEP: Bridge's own validation then fails loudly instead.
 
 from autoconfig.launch.megatron_lm import SKIP_WINDOW_EVERY, window_size
 from autoconfig.launch.spec import LaunchSpec
+from autoconfig.training.stack import MEGATRON_FSDP_SHARDING
 
 MIXED_PRECISION = {None: "bf16_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
                    "delayed": "bf16_with_fp8_delayed_scaling_mixed",
@@ -214,6 +215,10 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
         ("optimizer.adam_eps", b.adam_eps), ("optimizer.clip_grad", b.clip_grad),
         ("optimizer.use_distributed_optimizer", p.distributed_optimizer),
         ("ddp.use_distributed_optimizer", p.distributed_optimizer),
+        # Megatron-FSDP as priced (``SoftwareFeatures.megatron_fsdp``), as the Bridge
+        # FSDP recipes switch it on (perf_recipes/llama: ddp.use_megatron_fsdp,
+        # data_parallel_sharding_strategy "optim_grads_params").
+        ("ddp.use_megatron_fsdp", spec.software.megatron_fsdp),
         ("ddp.overlap_grad_reduce", spec.software.overlap_grad_reduce),
         ("ddp.overlap_param_gather", spec.overlap_param_gather),
         ("ddp.grad_reduce_in_fp32", spec.grad_reduce_dtype == "fp32"),
@@ -227,6 +232,14 @@ def _assignments(spec: LaunchSpec) -> list[tuple[str, object]]:
         ("tokenizer.tokenizer_type",
          "HuggingFaceTokenizer" if not spec.family.placeholder else "NullTokenizer"),
     ]
+    if spec.software.megatron_fsdp:
+        out += [("ddp.data_parallel_sharding_strategy", MEGATRON_FSDP_SHARDING["full-shard"]),
+                ("checkpoint.ckpt_format", "fsdp_dtensor")]
+    if spec.software.cpu_offload_layers:
+        # as the Bridge FSDP recipes offload (perf_recipes/llama): activations only
+        out += [("model.cpu_offloading", True),
+                ("model.cpu_offloading_num_layers", spec.software.cpu_offload_layers),
+                ("model.cpu_offloading_weights", False)]
     if spec.cross_entropy_fusion_impl:
         out.append(("model.cross_entropy_fusion_impl", spec.cross_entropy_fusion_impl))
     if spec.family.placeholder:

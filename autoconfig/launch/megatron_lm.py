@@ -25,6 +25,7 @@ from autoconfig.core.model import ModelSpec
 from autoconfig.launch.encdec import (PRETRAIN_SCRIPT, PRETRAIN_SCRIPT_NOTE, SENTINEL_TOKENS,
                                       core_t5_refusal)
 from autoconfig.launch.spec import LaunchSpec
+from autoconfig.training.stack import MEGATRON_FSDP_SHARDING
 
 DATA_MODES = ("real", "mock")
 PLACEHOLDERS = {
@@ -275,7 +276,20 @@ def parallel_args(spec: LaunchSpec) -> list[str]:
                  "--recompute-num-layers", str(spec.recompute_num_layers)]
     if plan.distributed_optimizer:
         args.append("--use-distributed-optimizer")
+    if spec.software.megatron_fsdp:
+        args += MEGATRON_FSDP_ARGS
+    if spec.software.cpu_offload_layers:
+        # validate_args sets cpu_offloading from it (activations only, as priced)
+        args += ["--cpu-offloading-num-layers", str(spec.software.cpu_offload_layers)]
     return args
+
+
+MEGATRON_FSDP_ARGS = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                      MEGATRON_FSDP_SHARDING["full-shard"], "--ckpt-format", "fsdp_dtensor"]
+"""Megatron-FSDP as the prediction priced it (``SoftwareFeatures.megatron_fsdp``):
+weights, gradients and optimizer state sharded over the data-parallel ranks.
+Megatron-LM's validate_args asserts the ``fsdp_dtensor`` checkpoint format with
+it (megatron/training/arguments.py, core_v0.16.1)."""
 
 
 def stack_args(spec: LaunchSpec) -> list[str]:

@@ -83,6 +83,11 @@ def not_written_reason(spec: LaunchSpec) -> str | None:
                     ("learned attention sinks", m.attention_sinks)) if has)
                 + " (megatron_gpt_config.yaml has no window_size or softmax_type); use "
                 "Megatron-LM or Megatron-Bridge")
+    if spec.software.megatron_fsdp:
+        # megatron_gpt_config.yaml's fsdp switches on torch FSDP (NLPFSDPStrategy), a
+        # different framework from the Megatron-FSDP the prediction priced.
+        return ("no nemo_overrides.txt: the plan shards with Megatron-FSDP, and NeMo 1's "
+                "fsdp option is PyTorch FSDP; use Megatron-LM or Megatron-Bridge")
     if m.mtp_layers:
         return ("no nemo_overrides.txt: NeMo 1 builds no multi-token-prediction block "
                 "(megatron_gpt_model.py model_provider_func passes no mtp_block_spec)")
@@ -237,6 +242,12 @@ def overrides_dict(spec: LaunchSpec) -> dict[str, object]:
     if w.precision == "fp8":
         o["model.fp8_hybrid"] = spec.fp8_format == "hybrid"
         o["model.fp8_recipe"] = spec.fp8_recipe
+    if spec.software.cpu_offload_layers:
+        # activations only, as priced (the yaml offloads weights too by default)
+        o.update({"model.cpu_offloading": True,
+                  "model.cpu_offloading_num_layers": spec.software.cpu_offload_layers,
+                  "model.cpu_offloading_activations": True,
+                  "model.cpu_offloading_weights": False})
     # optimizer and schedule (base config)
     o.update({"model.optim.name": ("distributed_fused_adam" if p.distributed_optimizer
                                    else "fused_adam"),

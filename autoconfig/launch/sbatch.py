@@ -30,7 +30,9 @@ def environment(spec: LaunchSpec) -> list[tuple[str, str, str]]:
     plan, gpu, moe = spec.plan, spec.cluster.gpu.name, spec.moe
     blackwell = gpu.startswith(("b200", "b300", "gb200", "gb300"))
     a2a_overlap = moe is not None and moe.a2a_overlap
-    if blackwell:
+    if blackwell or spec.software.megatron_fsdp:
+        # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (Megatron-LM
+        # arguments.py); Megatron-Bridge's FSDP recipes set 32 (perf_recipes/llama).
         connections = "32"
     elif (plan.tp > 1 or plan.cp > 1) and not a2a_overlap:
         connections = "1"

@@ -3,13 +3,15 @@ computation ``autoconfig validate`` scores against published runs."""
 
 from autoconfig.training.fp8 import workload_recipe
 from autoconfig.core.plan import PlanTable
+from autoconfig.training.offload import check_offload
 from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, encoder_decoder_memory,
                                         stage_breakdown, usable_bytes)
 from autoconfig.training.step_time import step_time
 from autoconfig.training.search import MEMORY_FIELDS, TIME_FIELDS, evaluate
 from autoconfig.units import GIB
 from autoconfig.training.space import check_plan
-from autoconfig.training.stack import SoftwareFeatures, check_runnable, grad_reduce_dtype
+from autoconfig.training.stack import (SoftwareFeatures, check_runnable, fsdp_sharding,
+                                      grad_reduce_dtype)
 
 
 def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
@@ -20,6 +22,7 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
     device with allocator and context overhead, as nvidia-smi shows)."""
     check_plan(model, workload, cluster, plan, software.cp_comm_type)
     check_runnable(plan, software, stack or "given")
+    check_offload(model, cluster.gpu, software, pp=plan.pp, recompute=plan.recompute)
     table, fit = evaluate(model, workload, cluster, PlanTable.from_plans([plan]), software,
                           recipe, constants)
     row = table.iloc[0]
@@ -38,7 +41,9 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
                      "grad_reduce_dtype": grad_reduce_dtype(software),
                      "fused_attention": software.flash_attention,
                      "cross_entropy": software.cross_entropy,
-                     "framework": software.framework},
+                     "framework": software.framework,
+                     "fsdp_sharding": fsdp_sharding(software),
+                     "megatron_fsdp": software.megatron_fsdp},
         "micro_batches": int(row.micro_batches),
         "step_time_s": float(row.step_time_s),
         "tokens_per_s_per_gpu": float(row.tokens_per_s_per_gpu),

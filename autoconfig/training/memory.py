@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.training.fp8 import nvfp4_value
+from autoconfig.training.offload import held_layers
 from autoconfig.training.activations import (chunks_in_flight, cross_attention_bytes,
                                              encoder_output_bytes, layer_activation_bytes,
                                              microbatches_per_step, recompute_chunk_bytes,
@@ -303,9 +304,12 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     mask = 1.0 if model.hidden_dropout > 0 else 0.0
     embedding = (mask * workload.seq_len / plans.cp * plans.mbs * model.hidden_size
                  / np.where(plans.sp, plans.tp, 1))
+    # Layers whose saved activations go to the host (one stage only: megatron-core
+    # offloads without PP; ``autoconfig.training.offload``).
+    offloaded = np.where(plans.pp == 1, float(software.cpu_offload_layers), 0.0)
     return {"full_layer": full_layer, "stored_input": stored_input, "kept_layer": kept_layer,
             "moe_kept_layer": moe_kept, "m": m, "embedding": embedding, "layers": layers,
-            "kinds": kinds}
+            "kinds": kinds, "offloaded": offloaded}
 
 
 def _encoder_decoder_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
@@ -384,7 +388,8 @@ def _stage_activations(model: ModelSpec, plans: PlanTable, terms: dict, stage: s
         return sum(encoder_decoder_activations(plans, terms).values())
     pp, vp = plans.pp, plans.vp
     rank = pp - 1 if stage == "last" else np.minimum(STAGE_RANKS[stage], pp - 1)
-    layers_per_chunk = terms["layers"][stage] / np.where(pp > 1, vp, 1)
+    layers_per_chunk = held_layers(terms["layers"][stage] / np.where(pp > 1, vp, 1),
+                                   terms["offloaded"])
     recompute_full = plans.recompute == _FULL
     block = plans.recompute_method == _BLOCK
     per_chunk = recompute_chunk_bytes(layers_per_chunk, terms["kept_layer"][stage],

@@ -21,17 +21,18 @@ from autoconfig.core.plan import module_list
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, Plan, PlanTable, Workload,
                              describe_plan)
 from autoconfig.training.fp8 import check_precision
+from autoconfig.training.offload import check_offload
 from autoconfig.training.space import (R_DP, R_EP_DENSE, R_EP_EXPERTS, R_ETP_FFN, R_GBS,
                                        R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
                                        enumerate_plans)
 from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, cannot_run_error,
-                                       load_stack, plan_feature_masks)
+                                       load_stack, plan_feature_masks, stack_label)
 from autoconfig.units import GIB
 
 OBJECTIVES = ("throughput", "memory")
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-TIME_FIELDS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+TIME_FIELDS = ("compute_s", "recompute_s", "offload_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
                "pp_bubble_s", "pp_p2p_s", "dp_comm_s", "optimizer_s")
 MAX_NODE_TRIALS = 40
 """How many larger node counts the infeasible explanation evaluates at most."""
@@ -93,7 +94,8 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     ``constants`` (default: heuristics/perf.yaml) a calibration's."""
     stack = stack or DEFAULT_STACK
     software = software or load_stack(stack).features
-    choices = runnable_choices(choices, software, stack)
+    choices = offload_choices(model, cluster, runnable_choices(choices, software, stack),
+                              software)
     if objective not in OBJECTIVES:
         raise InputError(f"invalid objective {objective!r}: allowed are {', '.join(OBJECTIVES)}")
     check_precision(cluster.gpu, workload.precision)
@@ -156,6 +158,7 @@ def runnable_choices(choices: AxisChoices, software: SoftwareFeatures,
     """``choices`` narrowed to the plans ``stack`` can run (``SoftwareFeatures.cannot_run``);
     InputError where the user asked for a feature it lacks."""
     cannot = set(software.cannot_run)
+    stack = stack_label(stack, software)
     changes: dict = {}
     for axis in ("tp", "pp", "vp", "cp"):
         asked = getattr(choices, axis)
@@ -185,6 +188,17 @@ def runnable_choices(choices: AxisChoices, software: SoftwareFeatures,
                              "data parallel): use --distributed-optimizer on or auto")
         changes["distributed_optimizer"] = "on"
     return replace(choices, **changes) if changes else choices
+
+
+def offload_choices(model: ModelSpec, cluster: Cluster, choices: AxisChoices,
+                    software: SoftwareFeatures) -> AxisChoices:
+    """``choices`` narrowed to what megatron-core offloads activations with (one
+    stage, no recompute) when ``software`` offloads; InputError where the user
+    pinned something else (``offload.check_offload``)."""
+    if not software.cpu_offload_layers:
+        return choices
+    check_offload(model, cluster.gpu, software, pp=choices.pp, recompute=choices.recompute)
+    return replace(choices, pp=(1,), vp=(1,), recompute=("none",))
 
 
 def runnable_recompute(space: PlanSpace, software: SoftwareFeatures) -> PlanSpace:

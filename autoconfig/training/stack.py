@@ -33,6 +33,14 @@ GRAD_REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 FSDP_SHARDING = {"full-shard": 2, "shard-grad-op": 1}
 """--fsdp-sharding -> parameter all-gathers per micro-batch (PyTorch ShardingStrategy
 FULL_SHARD gathers in forward and again in backward; SHARD_GRAD_OP keeps them)."""
+MEGATRON_FSDP_SHARDING = {"full-shard": "optim_grads_params"}
+"""--fsdp-sharding on a megatron-core stack -> Megatron-FSDP's
+--data-parallel-sharding-strategy. ``optim_grads_params`` shards weights, gradients
+and optimizer state over the data-parallel ranks and all-gathers each module's
+weights before its forward and again before its backward (megatron-core
+``distributed/fsdp``, ``MegatronFSDP``: the pre-forward and pre-backward hooks
+unshard, the post hooks reshard), PyTorch's FULL_SHARD. Its ``optim_grads`` keeps
+the weights whole, which no PyTorch strategy does, so it has no entry here."""
 FRAMEWORKS = ("megatron-core", "megatron-deepspeed", "pytorch-fsdp")
 ATTENTION_KERNELS = ("fused", "llm-foundry")
 CROSS_ENTROPY_KERNELS = ("unfused", "native", "te", "flash-attn", "torch")
@@ -217,6 +225,14 @@ class SoftwareFeatures:
     """Megatron --moe-expert-capacity-factor: tokens over an expert's capacity
     are dropped, so no rank computes more than this times its mean share;
     0: dropless (no capacity)."""
+    cpu_offload_layers: int = 0
+    """megatron-core layer-wise activation offloading (Megatron-LM
+    --cpu-offloading-num-layers, Bridge ``model.cpu_offloading_num_layers``): the
+    activations the first N layers save for backward are copied to host memory as
+    each layer's forward ends and back before its backward
+    (``autoconfig.training.offload``); 0: off. megatron-core allows it only
+    without pipeline parallelism, activation recompute or per-layer CUDA graphs
+    (TransformerConfig.__post_init__)."""
 
     @property
     def moe_expert_load(self) -> float:
@@ -229,6 +245,12 @@ class SoftwareFeatures:
     def launchable(self) -> bool:
         """Runs on megatron-core, what the launch files start and the profiling worker runs."""
         return self.framework == LAUNCHED_FRAMEWORK
+
+    @property
+    def megatron_fsdp(self) -> bool:
+        """Fully sharded data parallel on megatron-core: Megatron-FSDP
+        (``MEGATRON_FSDP_SHARDING``), which the launch files switch on."""
+        return self.launchable and self.param_gathers_per_microbatch > 0
 
 
 @dataclass(frozen=True)
@@ -357,13 +379,29 @@ def check_profilable(features: SoftwareFeatures, stack: str, how: str, where: st
     if not features.launchable:
         raise InputError(f"{where}profiling runs {LAUNCHED_FRAMEWORK} training steps, and stack "
                          f"{stack} runs {features.framework}: {how}")
+    if features.megatron_fsdp:
+        # The worker wraps its model in megatron-core's DDP with the distributed
+        # optimizer; Megatron-FSDP's sharded buffers are not built there.
+        raise InputError(f"{where}profiling runs megatron-core steps with the distributed "
+                         "optimizer, not Megatron-FSDP: drop --fsdp-sharding to profile, "
+                         "or drop --profile")
+    if features.cpu_offload_layers:
+        # The worker builds its layers without Transformer Engine's offload context.
+        raise InputError(f"{where}profiling runs megatron-core steps without activation "
+                         "offloading: drop --cpu-offload-layers to profile, or drop --profile")
 
 
 def check_runnable(plan, features: SoftwareFeatures, stack: str) -> None:
     """InputError naming the first plan feature ``stack`` cannot run, if any."""
     for name, shown in plan_features_used(plan).items():
         if name in features.cannot_run:
-            raise cannot_run_error(stack, name, shown)
+            raise cannot_run_error(stack_label(stack, features), name, shown)
+
+
+def stack_label(stack: str, features: SoftwareFeatures) -> str:
+    """The stack as messages name it: with Megatron-FSDP where it shards (what
+    then takes expert parallelism away)."""
+    return f"{stack} with Megatron-FSDP (--fsdp-sharding)" if features.megatron_fsdp else stack
 
 
 def grad_accum_bytes_per_param(features: SoftwareFeatures) -> float:
@@ -396,7 +434,7 @@ SWITCH_OVERRIDES = {"tp_comm_overlap": "tp_comm_overlap",
 """On/off override (option ``--NAME``/``--no-NAME``, with dashes) -> the feature it sets."""
 OVERRIDES = (*SWITCH_OVERRIDES, "grad_reduce_dtype", "fsdp_sharding", "moe_dispatcher",
              "moe_imbalance", "moe_capacity_factor", "fp8_recipe", "cross_entropy",
-             "cuda_graph", "cp_comm_type")
+             "cuda_graph", "cp_comm_type", "cpu_offload_layers")
 """Every single-feature override ``with_overrides`` takes (the CLI's option names)."""
 
 
@@ -432,13 +470,37 @@ def with_overrides(features: SoftwareFeatures, **overrides) -> SoftwareFeatures:
             changes[name] = _allowed(name, overrides[name], allowed)
     if grad_reduce_dtype is not None:
         changes["grad_reduce_bytes"] = _grad_bytes(grad_reduce_dtype, "--grad-reduce-dtype")
+    offload = overrides.get("cpu_offload_layers")
+    if offload is not None:
+        if isinstance(offload, bool) or not isinstance(offload, int) or offload < 0:
+            raise InputError(f"invalid --cpu-offload-layers {offload!r}: must be a whole "
+                             "number of layers, 0 for none")
+        changes["cpu_offload_layers"] = offload
     if fsdp_sharding is not None:
-        _allowed("fsdp_sharding", fsdp_sharding, FSDP_SHARDING)
-        if features.param_gathers_per_microbatch == 0:
-            raise InputError(f"--fsdp-sharding {fsdp_sharding} needs a fully sharded stack "
-                             "(pytorch-fsdp or llm-foundry)")
-        changes["param_gathers_per_microbatch"] = FSDP_SHARDING[fsdp_sharding]
+        changes["param_gathers_per_microbatch"] = _fsdp_gathers(features, fsdp_sharding)
+        if features.framework == LAUNCHED_FRAMEWORK and "ep" not in features.cannot_run:
+            # Megatron-FSDP shards routed experts over their own expert data-parallel
+            # group, which the sharded-state model (memory._fully_sharded_states) does
+            # not describe: expert parallelism is refused rather than mispriced.
+            changes["cannot_run"] = (*features.cannot_run, "ep")
     return dataclasses.replace(features, **changes)
+
+
+def _fsdp_gathers(features: SoftwareFeatures, sharding: str) -> int:
+    """Parameter all-gathers per micro-batch of ``--fsdp-sharding`` on this stack:
+    PyTorch FSDP on the fully sharded stacks, Megatron-FSDP (``MEGATRON_FSDP_SHARDING``)
+    on megatron-core ones; a one-line error elsewhere."""
+    _allowed("fsdp_sharding", sharding, FSDP_SHARDING)
+    if features.framework == LAUNCHED_FRAMEWORK:
+        if sharding not in MEGATRON_FSDP_SHARDING:
+            raise InputError(f"invalid --fsdp-sharding {sharding!r} on a megatron-core stack: "
+                             f"allowed are {', '.join(MEGATRON_FSDP_SHARDING)} (Megatron-FSDP "
+                             "optim_grads_params)")
+        return FSDP_SHARDING[sharding]
+    if features.param_gathers_per_microbatch == 0:
+        raise InputError(f"--fsdp-sharding {sharding} needs a fully sharded stack "
+                         "(pytorch-fsdp or llm-foundry) or a megatron-core one (Megatron-FSDP)")
+    return FSDP_SHARDING[sharding]
 
 
 def _allowed(name: str, value: str, allowed) -> str:
@@ -472,10 +534,18 @@ def override_flags(stack: SoftwareFeatures, features: SoftwareFeatures) -> list[
     for name in ("moe_imbalance", "moe_capacity_factor"):
         if getattr(features, name) != getattr(stack, name):
             flags += [f"--{name.replace('_', '-')}", f"{getattr(features, name):g}"]
+    if features.cpu_offload_layers != stack.cpu_offload_layers:
+        flags += ["--cpu-offload-layers", str(features.cpu_offload_layers)]
     if features.param_gathers_per_microbatch != stack.param_gathers_per_microbatch:
-        sharding = {v: k for k, v in FSDP_SHARDING.items()}[features.param_gathers_per_microbatch]
-        flags += ["--fsdp-sharding", sharding]
+        flags += ["--fsdp-sharding", fsdp_sharding(features)]
     return flags
+
+
+def fsdp_sharding(features: SoftwareFeatures) -> str | None:
+    """The ``--fsdp-sharding`` name of the features' fully sharded data parallel
+    (None: the optimizer state alone is sharded, or nothing)."""
+    gathers = features.param_gathers_per_microbatch
+    return {v: k for k, v in FSDP_SHARDING.items()}[gathers] if gathers else None
 
 
 def resolve_software(stack: str | None = None, **overrides) -> tuple[Stack, SoftwareFeatures]:

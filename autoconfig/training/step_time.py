@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
-from autoconfig.training.memory import dense_layer_params_per_gpu, moe_layer_params_per_gpu
+from autoconfig.training.memory import (dense_layer_params_per_gpu, fp8_stores_inputs,
+                                       moe_layer_params_per_gpu)
 from autoconfig.errors import CatalogError
 from autoconfig.core.hardware import Cluster, GPU
 from autoconfig.core.model import (Linear, ModelSpec, attention_core_flops_per_token,
@@ -47,7 +48,8 @@ from autoconfig.core.model import (Linear, ModelSpec, attention_core_flops_per_t
                                    cross_attention_linears, embedding_params,
                                    kind_params, layer_params, mlp_linears, model_flops_per_token,
                                    mtp_kind, output_layer_params)
-from autoconfig.training.activations import cross_attention_bytes
+from autoconfig.training import offload
+from autoconfig.training.activations import cross_attention_bytes, layer_activation_bytes
 from autoconfig.paths import heuristics_dir
 from autoconfig.core.plan import (RECOMPUTE_KINDS, RECOMPUTE_METHODS, PlanTable, Workload,
                                   stage_kind_columns, stage_layer_columns)
@@ -170,6 +172,8 @@ class StepTimeBreakdown:
     """Forward + backward GEMM/attention/logits/elementwise work on the slowest stage, all micro-batches."""
     recompute_s: np.ndarray
     """Extra forward of activation recomputation."""
+    offload_s: np.ndarray
+    """Exposed host copies of offloaded activations (``autoconfig.training.offload``)."""
     tp_comm_s: np.ndarray
     """Exposed tensor-parallel (and SP) communication."""
     cp_comm_s: np.ndarray
@@ -428,6 +432,7 @@ def step_time(model: ModelSpec, workload: Workload, plans: PlanTable, cluster: C
     return StepTimeBreakdown(
         cross_attention_s=cross,
         compute_s=micro * (pick["compute"] + pick["fixed"]), recompute_s=micro * pick["recompute"],
+        offload_s=micro * pick["offload"],
         tp_comm_s=micro * pick["tp"], cp_comm_s=micro * pick["cp"], ep_comm_s=micro * pick["ep"],
         pp_bubble_s=bubble,
         pp_p2p_s=pp_p2p, dp_comm_s=dp_comm, optimizer_s=optimizer, step_time_s=step,
@@ -470,40 +475,44 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
         (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
         np.minimum(plans.recompute_num_layers * vp, layers), layers)
     rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
+    # Offloaded layers (one stage only: megatron-core offloads without PP).
+    offloaded = np.where(plans.pp == 1, float(sw.cpu_offload_layers), 0.0)
     if kinds is None:
-        parts = [(times, layers, rc_layers)]
+        parts = [(times, layers, rc_layers, offloaded)]
         head, heads = times, 1.0
     elif model.is_encoder_decoder:
         # Encoder and decoder are two blocks with the same recompute settings:
         # block recomputes the first N layers of each.
         parts = [(times[k], kinds[k], np.where(plans.recompute == _FULL, np.where(
             (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
-            np.minimum(plans.recompute_num_layers, kinds[k]), kinds[k]), 0.0))
+            np.minimum(plans.recompute_num_layers, kinds[k]), kinds[k]), 0.0), 0.0)
             for k in ("encoder", "decoder")]
         head, heads = times["decoder"], 1.0
     else:
         total = np.maximum(kinds["dense"] + kinds["moe"], 1.0)
-        parts = [(times[k], kinds[k], rc_layers * kinds[k] / total) for k in ("dense", "moe")]
+        parts = [(times[k], kinds[k], rc_layers * kinds[k] / total, offloaded * kinds[k] / total)
+                 for k in ("dense", "moe")]
         # Each MTP module has its own output layer and loss.
         head, heads = times["dense"], 1.0 + model.mtp_layers
     logits_fwd = logits * heads * head["logits"]
     out = None
-    for kind_times, n, rc in parts:
+    for kind_times, n, rc, off in parts:
         one = _layers_microbatch(model, cluster, c, sw, plans, kind_times, t, cp,
-                                 kind_times.get("tokens", tokens), n, rc)
+                                 kind_times.get("tokens", tokens), n, rc, off)
         out = one if out is None else {k: out[k] + one[k] for k in out}
     # Forward + backward of the output layer: 3 x forward, like any GEMM; then its loss.
     out["compute"] = out["compute"] + 3.0 * logits_fwd + logits * heads * head["loss"]
     out["backward"] = out["backward"] + 2.0 * logits_fwd
     out["total"] = (out["compute"] + out["recompute"] + out["tp"] + out["cp"] + out["ep"]
-                    + out["fixed"])
+                    + out["fixed"] + out["offload"])
     return out
 
 
 def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layers,
-                       rc_layers) -> dict:
+                       rc_layers, offloaded=0.0) -> dict:
     """One micro-batch through ``layers`` layers of one kind (``rc_layers`` of them
-    recomputed in full): the terms of ``_stage_microbatch`` without the output layer."""
+    recomputed in full, ``offloaded`` of them with their activations copied to the
+    host): the terms of ``_stage_microbatch`` without the output layer."""
     layer_fwd, attn, attn_bwd = times["layer"], times["attention"], times["attention_backward"]
     # Recompute: full -> forward of the recomputed layers; selective -> attention core.
     # Selective recompute modules (``RECOMPUTE_MODULES``): MLA's up-projections and
@@ -547,8 +556,14 @@ def _layers_microbatch(model, cluster, c, sw, plans, times, t, cp, tokens, layer
                               3.0 * layer_fwd - 2.0 * attn + attn_bwd,
                               sw.moe_a2a_overlap
                               & a2a_overlap_allowed(model, plans, sw.moe_dispatcher))
+    copies = 0.0
+    if sw.cpu_offload_layers:
+        copy_s = times["kept_bytes"] / offload.host_bytes_per_s(cluster.gpu,
+                                                                c.comm_bandwidth_efficiency)
+        copies = offload.exposed_s(offloaded, copy_s, layer_fwd,
+                                   2.0 * (layer_fwd - attn) + attn_bwd)
     return {"compute": compute, "recompute": recompute, "tp": tp, "cp": cp_comm, "ep": ep,
-            "fixed": fixed, "backward": backward}
+            "fixed": fixed, "backward": backward, "offload": copies}
 
 
 def _exposed_ep_comm(dispatch_combine_s, layers, rc_layers, layer_compute_s, overlapped):
@@ -638,7 +653,12 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         traffic = block["traffic_s"]
         extra = {"ep_comm": block["ep_comm"], "expert_kernels": block["expert_kernels_s"]}
         gemms = gemms + [block["up_gemm"]]
+    kept = layer_activation_bytes(model, s, b, t, plans.sp, 0,
+                                  flash_attention=sw.flash_attention, cp=cp,
+                                  fp8_inputs=fp8_stores_inputs(workload, sw), kind=kind,
+                                  etp=plans.etp)
     return {**extra, "layer": weight_gemm + traffic + attn + factor * total, "attention": attn,
+            "kept_bytes": kept,
             "mla_up": mla_up, "mlp_fwd": mlp_fwd,
             "attention_backward": attn_bwd, "weight_gemm": weight_gemm,
             # Column-parallel GEMMs whose weight gradient hides the backward TP

@@ -21,7 +21,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 MODEL_SOURCES = ("core/comm.py", "core/model.py", "core/plan.py", "core/hardware.py",
                  "core/catalog.py", "training/step_time.py", "training/stack.py",
                  "training/activations.py", "training/memory.py", "training/moe_overlap.py",
-                 "training/fp8.py", "training/context_parallel.py",
+                 "training/fp8.py", "training/context_parallel.py", "training/offload.py",
                  "validation/runs.py", "validation/scoring.py",
                  "validation/calibration.py")
 

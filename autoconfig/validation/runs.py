@@ -81,6 +81,7 @@ from autoconfig.core.model import ModelSpec, hardware_flops_per_token
 from autoconfig.core.plan import Plan, Workload, short_last_stage_split, stage_layers
 from autoconfig.paths import benchmarks_dir
 from autoconfig.training.space import stage_splits
+from autoconfig.training.fp8 import ALIASES as FP8_ALIASES, FP8_RECIPES, recipe_name
 from autoconfig.training.stack import (SoftwareFeatures, load_stack, override_flags,
                                        with_overrides)
 from autoconfig.yamlio import load_yaml
@@ -271,7 +272,7 @@ def row_to_run(row: dict) -> Run:
     measure, measured = _measured(row, settings)
     mem_text = row.get("mem_gb_measured") or ""
     stack, software = _software(row, settings)
-    recipe = _fp8_recipe(row["precision"])
+    recipe = _fp8_recipe(row["precision"]) or (_recipe_fp8(row) if precision == "fp8" else "")
     if recipe:
         software = dataclasses.replace(software, fp8_recipe=recipe)
     return Run(**base, model=model, workload=workload, plan=plan, cluster=cluster,
@@ -363,8 +364,9 @@ def _shape_reason(row: dict) -> str:
     if _gpu_name(row["gpu_type"]) is None:
         return f"GPU {row['gpu_type'].split(' ')[0]} not in the GPU catalog"
     sharding = row.get("dp_sharding") or ""
-    if ("ZeRO-3" in sharding or "FSDP" in sharding) and not _pytorch_fsdp(row):
-        return f"{sharding.split(' (')[0]}: fully sharded data parallel is not modelled"
+    if ("ZeRO-3" in sharding or "FSDP" in sharding) and not (
+            _pytorch_fsdp(row) or _megatron_fsdp(row)):
+        return f"{sharding.split(' (')[0]}: this fully sharded data parallel is not modelled"
     unreadable = [f"{key} {shown(row[key])}" for key in SHAPE_AND_LAYOUT
                   if (row.get(key) or "").strip() and _num(row[key]) is None]
     if unreadable:
@@ -381,6 +383,14 @@ def _shape_reason(row: dict) -> str:
 def _pytorch_fsdp(row: dict) -> bool:
     """A pure PyTorch FSDP row (llm-foundry, S09): modelled as DP with sharded params."""
     return (row.get("dp_sharding") or "").startswith("PyTorch FSDP")
+
+
+def _megatron_fsdp(row: dict) -> bool:
+    """A Megatron-FSDP row sharding over the whole data-parallel group (the
+    Megatron-Bridge recipes' optim_grads_params): megatron-core with
+    ``--fsdp-sharding full-shard``. Hybrid sharding (HSDP) is not modelled."""
+    sharding = (row.get("dp_sharding") or "")
+    return sharding.startswith("Megatron-FSDP") and not sharding.startswith("Megatron-FSDP/HSDP")
 
 
 def _step_matches_tflops(row: dict) -> bool:
@@ -469,7 +479,8 @@ def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -
     sp = tp > 1 and (sp_text == "yes" or (not sp_text and bool(defaults.get("sp_with_tp"))))
     dist_opt = (row.get("distributed_optimizer") == "yes"
                 or bool(defaults.get("distributed_optimizer"))
-                or "distributed" in (row.get("dp_sharding") or "") or _pytorch_fsdp(row))
+                or "distributed" in (row.get("dp_sharding") or "") or _pytorch_fsdp(row)
+                or _megatron_fsdp(row))
     ep = _int(row, "ep") or 1
     etp = _int(row, "etp") or (tp if model.is_moe else 1)
     modules = (row.get("recompute_modules") or "").strip()
@@ -486,6 +497,15 @@ def _recipe_int(row: dict, key: str) -> int | None:
     shared columns stay as the source printed them)."""
     match = re.search(rf"(?:^|;)\s*{re.escape(key)}=(\d+)", row.get("recipe_settings") or "")
     return int(match.group(1)) if match else None
+
+
+def _recipe_fp8(row: dict) -> str:
+    """The FP8 recipe the row's ``recipe_settings`` names (``fp8_recipe=``, read from
+    the recipe of its release where the table's precision does not say it): its
+    canonical name (``autoconfig.training.fp8``), '' where it names none."""
+    match = re.search(r"(?:^|;)\s*fp8_recipe=([a-z0-9_-]+)", row.get("recipe_settings") or "")
+    name = match.group(1) if match else ""
+    return recipe_name(name) if name in (*FP8_RECIPES, *FP8_ALIASES) else ""
 
 
 def _recipe_flag(row: dict, key: str) -> bool | None:
@@ -563,6 +583,11 @@ def _software(row: dict, settings: dict) -> tuple[str, SoftwareFeatures]:
         # SHARD_GRAD_OP keeps them from forward to backward (PyTorch ShardingStrategy docs).
         gathers = 1 if "SHARD_GRAD_OP" in row["dp_sharding"] else 2
         features = dataclasses.replace(features, param_gathers_per_microbatch=gathers)
+    elif _megatron_fsdp(row):
+        features = with_overrides(features, fsdp_sharding="full-shard")
+    offload = _recipe_int(row, "cpu_offloading_num_layers")
+    if offload:
+        features = with_overrides(features, cpu_offload_layers=offload)
     dispatcher = (row.get("moe_dispatcher") or "").strip()
     overlap = (row.get("moe_a2a_overlap") or "").strip()
     if dispatcher or overlap:

@@ -69,6 +69,7 @@ def autoconfig_config():
     cfg.optimizer.clip_grad = 1
     cfg.optimizer.use_distributed_optimizer = True
     cfg.ddp.use_distributed_optimizer = True
+    cfg.ddp.use_megatron_fsdp = False
     cfg.ddp.overlap_grad_reduce = False
     cfg.ddp.overlap_param_gather = False
     cfg.ddp.grad_reduce_in_fp32 = True
