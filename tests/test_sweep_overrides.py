@@ -32,7 +32,10 @@ def test_overrides_are_an_axis_and_a_setting_without_them_keeps_its_key():
     ({"moe_imbalance": "high"}, "invalid moe_imbalance 'high': must be a number"),
     ({"fp8_recipe": "fp6"}, "invalid --fp8-recipe 'fp6'"),
     ({"cp_comm_type": "ring"}, "invalid --cp-comm-type 'ring': allowed are p2p, a2a, a2a+p2p"),
-    ({"fsdp_sharding": "full-shard"}, "needs a fully sharded stack"),
+    ({"fsdp_sharding": "shard-grad-op"},
+     "invalid --fsdp-sharding 'shard-grad-op' on a megatron-core stack: allowed are full-shard"),
+    ({"cpu_offload_layers": -1}, "invalid --cpu-offload-layers -1: must be a whole number"),
+    ({"cpu_offload_layers": 2.5}, "invalid cpu_offload_layers 2.5: must be a whole number"),
     ("tp_comm_overlap", "expected a mapping of override names to values"),
 ])
 def test_bad_overrides_fail_with_one_line_naming_the_value(tmp_path, overrides, message):
@@ -93,3 +96,15 @@ def test_one_override_value_has_one_key():
     keys = [parse_sweep({"settings": [{**LLAMA70, "overrides": {"moe_imbalance": v}}]})
             .settings[0].key for v in (2, 2.0)]
     assert keys[0] == keys[1] and "+moe_imbalance=2|" in keys[0]
+
+
+def test_a_sweep_setting_shards_and_offloads_as_the_options_do(tmp_path):
+    spec = parse_sweep({"settings": [{**LLAMA70, "overrides": {"fsdp_sharding": "full-shard",
+                                                                 "cpu_offload_layers": 20}}]})
+    setting = spec.settings[0]
+    assert "fsdp_sharding=full-shard" in setting.key and "cpu_offload_layers=20" in setting.key
+    record = run_sweep(spec, tmp_path / "sweep")[0]
+    assert record["status"] == "ok"
+    best = record["best"]["plan"]
+    # megatron-core offloads only on one stage without recompute
+    assert best["pp"] == 1 and best["recompute"] == "none"

@@ -52,7 +52,10 @@ INLINE_COUNTS = {"layers": MAX_COUNT, "hidden": MAX_COUNT, "heads": MAX_COUNT,
 INLINE_FLAGS = ("swiglu",)
 """The inline shape's switches: a YAML true or false, never a string or number."""
 NUMBER_OVERRIDES = ("moe_imbalance", "moe_capacity_factor")
-"""The stack overrides that take a number; the switches take a bool, the rest a name."""
+"""The stack overrides that take a number; the switches take a bool, the whole-number
+ones (``WHOLE_OVERRIDES``) an int, the rest a name."""
+WHOLE_OVERRIDES = ("cpu_offload_layers",)
+"""The stack overrides that take a whole number (kept an int in the setting's key)."""
 PROFILE_KEYS = {"device": str, "executor": str, "top_k": int, "max_steps": int,
                 "warmup_steps": int, "max_minutes": int, "max_parallel": int,
                 "partition": str, "account": str, "qos": str, "time_limit": int,
@@ -257,6 +260,8 @@ def _overrides(value, where: str) -> tuple[tuple[str, object], ...]:
             ok, kind = isinstance(item, bool), "true or false"
         elif name in NUMBER_OVERRIDES:
             ok, kind = isinstance(item, (int, float)) and not isinstance(item, bool), "a number"
+        elif name in WHOLE_OVERRIDES:
+            ok, kind = isinstance(item, int) and not isinstance(item, bool), "a whole number"
         else:
             ok, kind = isinstance(item, str), "a name"
         if not ok:
