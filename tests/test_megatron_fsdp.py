@@ -74,3 +74,29 @@ def test_published_megatron_fsdp_rows_are_scored_as_their_recipe_ran():
         assert args[args.index("--fsdp-sharding") + 1] == "full-shard"
     for record in ("M0119", "M0120"):   # hybrid sharding (HSDP): not modelled
         assert "HSDP" in runs[record].skip_reason
+
+
+def test_a_plan_that_does_not_fit_says_what_sharding_would_need(capsys):
+    plain = _estimate(capsys)
+    sharded = _estimate(capsys, "--fsdp-sharding", "full-shard")
+    assert not plain["fits"]
+    # the figure the hint gives is what the sharded estimate itself computes
+    assert plain["megatron_fsdp_memory_gib"] == pytest.approx(sharded["memory_gib"])
+    assert "megatron_fsdp_memory_gib" not in sharded
+    code, out, _ = run_cli(["estimate", *LLAMA70_GB300[:-2]], capsys)
+    assert code == 0 and f"needs {sharded['memory_gib']:.2f} GiB a GPU: fits" in out
+
+
+def test_search_names_sharding_among_what_would_fit(capsys, tmp_path):
+    code, _, err = run_cli(["search", "--model", "llama3", "--size", "70b", "--gpu", "gb200",
+                            "--gpus", "64", "--tp", "1", "--pp", "1", "--cp", "1", "--gbs", "256",
+                            "--seq-len", "8192", "--precision", "fp8", "--stack", "nemo",
+                            "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no plan fits" in err
+    assert "--fsdp-sharding full-shard" in err
+    code, _, err = run_cli(["search", "--model", "llama3", "--size", "70b", "--gpu", "gb200",
+                            "--gpus", "64", "--tp", "1", "--pp", "1", "--cp", "1", "--gbs", "256",
+                            "--seq-len", "8192", "--precision", "fp8", "--stack", "nemo",
+                            "--fsdp-sharding", "full-shard", "--no-plots", "-o",
+                            str(tmp_path / "sharded")], capsys)
+    assert code == 0, err

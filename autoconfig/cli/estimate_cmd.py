@@ -70,9 +70,15 @@ def render_table(result: dict) -> str:
                   f"{v['activations']:.2f} activations")
                  for part, v in result["memory_by_stack_gib"].items()]
     note = ""
+    if "megatron_fsdp_memory_gib" in result:
+        sharded = result["megatron_fsdp_memory_gib"]
+        verdict = "fits" if sharded <= result["gpu_memory_gib"] else "does not fit either"
+        note += (f"\n\nwith --fsdp-sharding full-shard (Megatron-FSDP: the data-parallel ranks "
+                 f"shard the weights and gradients too) this plan needs {sharded:.2f} GiB a "
+                 f"GPU: {verdict}")
     if result.get("not_modelled"):
-        note = (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (priced as a plain "
-                "softmax)")
+        note += (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (priced as a plain "
+                 "softmax)")
     if "memory_by_stack_gib" in result:
         head += (f"\nencoder {result['encoder_layers']} layers x {result['seq_len']} tokens, "
                  f"decoder {result['decoder_layers']} layers x {result['decoder_seq_len']} "

@@ -5,13 +5,13 @@ from autoconfig.training.fp8 import workload_recipe
 from autoconfig.core.plan import PlanTable
 from autoconfig.training.offload import check_offload
 from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, encoder_decoder_memory,
-                                        stage_breakdown, usable_bytes)
+                                        memory_breakdown, stage_breakdown, usable_bytes)
 from autoconfig.training.step_time import step_time
 from autoconfig.training.search import MEMORY_FIELDS, TIME_FIELDS, evaluate
 from autoconfig.units import GIB
 from autoconfig.training.space import check_plan
 from autoconfig.training.stack import (SoftwareFeatures, check_runnable, fsdp_sharding,
-                                      grad_reduce_dtype)
+                                      grad_reduce_dtype, with_overrides)
 
 
 def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
@@ -56,8 +56,22 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
         "time_breakdown_s": {name[:-2]: float(row[name]) for name in TIME_FIELDS},
         "memory_by_stage_gib": _stage_memory(model, workload, plan, software, recipe),
         "not_modelled": list(model.unmodelled),
+        **_sharded_memory(model, workload, cluster, plan, software, recipe, bool(fit[0])),
         **_encoder_decoder_parts(model, workload, cluster, plan, software, recipe),
     }
+
+
+def _sharded_memory(model, workload, cluster, plan, software, recipe, fits: bool) -> dict:
+    """For a megatron-core plan that does not fit, with data parallelism and no
+    expert parallelism: its memory per GPU under Megatron-FSDP, the fix a user
+    may not know of (``--fsdp-sharding full-shard``); nothing otherwise."""
+    if (fits or not software.launchable or software.param_gathers_per_microbatch
+            or plan.dp * plan.cp < 2 or plan.ep > 1 or model.is_encoder_decoder):
+        return {}
+    sharded = with_overrides(software, fsdp_sharding="full-shard")
+    mem = memory_breakdown(model, workload, PlanTable.from_plans([plan]), software=sharded,
+                           recipe=recipe)
+    return {"megatron_fsdp_memory_gib": float(mem.total_bytes[0]) / GIB}
 
 
 def _encoder_decoder_parts(model, workload, cluster, plan, software, recipe) -> dict:

@@ -26,7 +26,8 @@ from autoconfig.training.space import (R_DP, R_EP_DENSE, R_EP_EXPERTS, R_ETP_FFN
                                        R_MEMORY, R_STACK, AxisChoices, PlanSpace, divisors,
                                        enumerate_plans)
 from autoconfig.training.stack import (DEFAULT_STACK, SoftwareFeatures, cannot_run_error,
-                                       load_stack, plan_feature_masks, stack_label)
+                                       load_stack, plan_feature_masks, stack_label,
+                                       with_overrides)
 from autoconfig.units import GIB
 
 OBJECTIVES = ("throughput", "memory")
@@ -321,12 +322,29 @@ def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster
             f"{len(space.plans)} valid plans needs {total[lean] / GIB:.1f} GiB "
             f"({describe_plan(plan)})")
     fixes = _relaxations(model, workload, cluster, choices, software)
+    if _fits_sharded(model, workload, cluster, choices, software):
+        fixes.append("--fsdp-sharding full-shard (Megatron-FSDP: the data-parallel ranks "
+                     "shard the weights and gradients too)")
     nodes = _nodes_that_fit(model, workload, cluster, choices, software)
     if nodes is not None:
         fixes.append(f"--nodes {nodes} ({nodes * cluster.gpus_per_node} GPUs)")
     if not fixes:
         return what + "; no narrowing or node count up to the limit fits: try a smaller model"
     return what + "; would fit: " + ", or ".join(fixes)
+
+
+def _fits_sharded(model, workload, cluster, choices: AxisChoices, software) -> bool:
+    """Whether some plan of ``choices`` fits once Megatron-FSDP shards the weights
+    and gradients (a megatron-core stack not sharding them yet, and no pinned
+    expert parallelism, which it cannot run)."""
+    if not software.launchable or software.param_gathers_per_microbatch:
+        return False
+    sharded = with_overrides(software, fsdp_sharding="full-shard")
+    try:
+        narrowed = runnable_choices(choices, sharded, "")
+    except InputError:
+        return False
+    return _leanest(model, workload, cluster, narrowed, sharded) is not None
 
 
 def _leanest(model, workload, cluster, choices, software) -> Plan | None:
