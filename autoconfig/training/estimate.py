@@ -7,11 +7,12 @@ from autoconfig.training.offload import check_offload
 from autoconfig.training.memory import (STAGE_RANKS, allocated_bytes, encoder_decoder_memory,
                                         memory_breakdown, stage_breakdown, usable_bytes)
 from autoconfig.training.step_time import step_time
-from autoconfig.training.search import MEMORY_FIELDS, TIME_FIELDS, evaluate
+from autoconfig.training.search import (MEMORY_FIELDS, TIME_FIELDS, evaluate,
+                                        megatron_fsdp_alternative)
 from autoconfig.units import GIB
 from autoconfig.training.space import check_plan
 from autoconfig.training.stack import (SoftwareFeatures, check_runnable, fsdp_sharding,
-                                      grad_reduce_dtype, with_overrides)
+                                      grad_reduce_dtype)
 
 
 def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
@@ -65,10 +66,10 @@ def _sharded_memory(model, workload, cluster, plan, software, recipe, fits: bool
     """For a megatron-core plan that does not fit, with data parallelism and no
     expert parallelism: its memory per GPU under Megatron-FSDP, the fix a user
     may not know of (``--fsdp-sharding full-shard``); nothing otherwise."""
-    if (fits or not software.launchable or software.param_gathers_per_microbatch
-            or plan.dp * plan.cp < 2 or plan.ep > 1 or model.is_encoder_decoder):
+    sharded = megatron_fsdp_alternative(software)
+    if fits or sharded is None or plan.dp * plan.cp < 2 or plan.ep > 1 \
+            or model.is_encoder_decoder:
         return {}
-    sharded = with_overrides(software, fsdp_sharding="full-shard")
     mem = memory_breakdown(model, workload, PlanTable.from_plans([plan]), software=sharded,
                            recipe=recipe)
     return {"megatron_fsdp_memory_gib": float(mem.total_bytes[0]) / GIB}

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.training.fp8 import nvfp4_value
-from autoconfig.training.offload import held_layers
+from autoconfig.training.offload import held_layers, offloaded_layers
 from autoconfig.training.activations import (chunks_in_flight, cross_attention_bytes,
                                              encoder_output_bytes, layer_activation_bytes,
                                              microbatches_per_step, recompute_chunk_bytes,
@@ -304,12 +304,9 @@ def _activation_terms(model: ModelSpec, workload: Workload, plans: PlanTable,
     mask = 1.0 if model.hidden_dropout > 0 else 0.0
     embedding = (mask * workload.seq_len / plans.cp * plans.mbs * model.hidden_size
                  / np.where(plans.sp, plans.tp, 1))
-    # Layers whose saved activations go to the host (one stage only: megatron-core
-    # offloads without PP; ``autoconfig.training.offload``).
-    offloaded = np.where(plans.pp == 1, float(software.cpu_offload_layers), 0.0)
     return {"full_layer": full_layer, "stored_input": stored_input, "kept_layer": kept_layer,
             "moe_kept_layer": moe_kept, "m": m, "embedding": embedding, "layers": layers,
-            "kinds": kinds, "offloaded": offloaded}
+            "kinds": kinds, "offloaded": offloaded_layers(plans, software)}
 
 
 def _encoder_decoder_terms(model: ModelSpec, workload: Workload, plans: PlanTable,

@@ -22,6 +22,12 @@ import numpy as np
 from autoconfig.errors import InputError
 
 
+def offloaded_layers(plans, software):
+    """Layers per plan whose saved activations go to the host: the software's N on
+    one-stage plans (megatron-core offloads without PP), 0 elsewhere."""
+    return np.where(plans.pp == 1, float(software.cpu_offload_layers), 0.0)
+
+
 def held_layers(layers, offloaded):
     """Layers whose saved activations sit on the GPU at the forward's end: those not
     offloaded, plus one offloaded layer whose copy is in flight."""

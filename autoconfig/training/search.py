@@ -333,13 +333,21 @@ def _nothing_fits_message(model: ModelSpec, workload: Workload, cluster: Cluster
     return what + "; would fit: " + ", or ".join(fixes)
 
 
-def _fits_sharded(model, workload, cluster, choices: AxisChoices, software) -> bool:
-    """Whether some plan of ``choices`` fits once Megatron-FSDP shards the weights
-    and gradients (a megatron-core stack not sharding them yet, and no pinned
-    expert parallelism, which it cannot run)."""
+def megatron_fsdp_alternative(software: SoftwareFeatures) -> SoftwareFeatures | None:
+    """The features with Megatron-FSDP sharding the weights and gradients, where a
+    megatron-core stack does not shard them yet (the fix a plan that does not fit
+    may need); None elsewhere."""
     if not software.launchable or software.param_gathers_per_microbatch:
+        return None
+    return with_overrides(software, fsdp_sharding="full-shard")
+
+
+def _fits_sharded(model, workload, cluster, choices: AxisChoices, software) -> bool:
+    """Whether some plan of ``choices`` fits under ``megatron_fsdp_alternative`` (no
+    pinned expert parallelism, which it cannot run)."""
+    sharded = megatron_fsdp_alternative(software)
+    if sharded is None:
         return False
-    sharded = with_overrides(software, fsdp_sharding="full-shard")
     try:
         narrowed = runnable_choices(choices, sharded, "")
     except InputError:

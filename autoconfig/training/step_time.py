@@ -475,8 +475,7 @@ def _stage_microbatch(model, cluster, c, sw, plans, times, t, cp, vp, tokens, la
         (plans.recompute_method == _BLOCK) & (plans.recompute_num_layers > 0),
         np.minimum(plans.recompute_num_layers * vp, layers), layers)
     rc_layers = np.where(plans.recompute == _FULL, full_layers, 0.0)
-    # Offloaded layers (one stage only: megatron-core offloads without PP).
-    offloaded = np.where(plans.pp == 1, float(sw.cpu_offload_layers), 0.0)
+    offloaded = offload.offloaded_layers(plans, sw)
     if kinds is None:
         parts = [(times, layers, rc_layers, offloaded)]
         head, heads = times, 1.0
@@ -653,10 +652,11 @@ def _forward_times(model: ModelSpec, workload: Workload, plans: PlanTable, gpu: 
         traffic = block["traffic_s"]
         extra = {"ep_comm": block["ep_comm"], "expert_kernels": block["expert_kernels_s"]}
         gemms = gemms + [block["up_gemm"]]
+    # What an offloaded layer copies to the host; only priced when offloading.
     kept = layer_activation_bytes(model, s, b, t, plans.sp, 0,
                                   flash_attention=sw.flash_attention, cp=cp,
                                   fp8_inputs=fp8_stores_inputs(workload, sw), kind=kind,
-                                  etp=plans.etp)
+                                  etp=plans.etp) if sw.cpu_offload_layers else 0.0 * tokens
     return {**extra, "layer": weight_gemm + traffic + attn + factor * total, "attention": attn,
             "kept_bytes": kept,
             "mla_up": mla_up, "mlp_fwd": mlp_fwd,
