@@ -46,7 +46,11 @@ def test_top_k_plans_cover_the_plan_axes_and_all_ran(profiled_search):
     assert {1, 2} <= {p["tp"] for p in plans}
     assert {1, 2} <= {p["pp"] for p in plans}
     assert {True, False} == {bool(p["sp"]) for p in plans}
-    assert {"none", "selective", "full"} == {p["recompute"] for p in plans}
+    # Every recompute kind the search kept is profiled (selective recompute of
+    # the attention core spares nothing under fused attention: dominated, dropped).
+    kinds = set(pd.read_csv(out / "plans.csv").recompute)
+    assert {"none", "full"} <= kinds
+    assert kinds == {p["recompute"] for p in plans}
 
 
 def test_ranking_follows_measured_throughput(profiled_search):

@@ -35,7 +35,7 @@ def render_search(result, top: int, files: dict | None = None, spec=None) -> str
              f"{c.gpus_per_node} {c.gpu.name}, gbs {w.global_batch_size}, seq {w.seq_len}, "
              f"{precision_label(w, result.software, c.gpu)}, stack {result.stack}, "
              f"objective {result.objective}", "",
-             tabulate(top_rows(result, top), headers=top_headers(result)), ""]
+             tabulate(top_rows(result, top), headers=top_headers(result, top)), ""]
     lines += rejection_lines(result)
     if result.model.unmodelled:
         lines += ["", f"not modelled: {', '.join(result.model.unmodelled)} (priced as a plain "

@@ -35,24 +35,38 @@ TOP_HEADERS = ("#", "TP", "PP", "VP", "CP", "DP", "SP", "MBS", "recompute", "dis
                "step s", "tok/s/GPU", "TFLOP/s/GPU", "MFU %", "mem GiB/GPU")
 
 
-def top_headers(result: SearchResult) -> tuple[str, ...]:
-    """TOP_HEADERS, with EP and ETP after CP for an MoE model."""
+def _shows_split(result: SearchResult, n: int) -> bool:
+    """Whether one of the top ``n`` plans splits its pipeline unevenly (else
+    the column would be empty, and without it two such plans look alike)."""
+    top = result.table.head(n)
+    return bool(((top["first_stage_layers"] > 0) | (top["last_stage_layers"] > 0)).any())
+
+
+def top_headers(result: SearchResult, n: int) -> tuple[str, ...]:
+    """TOP_HEADERS, with EP and ETP after CP for an MoE model and the pipeline
+    split (layers of the first/last stage) after PP where a top plan sets one."""
+    headers = TOP_HEADERS[:3] + (("split",) if _shows_split(result, n) else ()) \
+        + TOP_HEADERS[3:]
     if not result.model.is_moe:
-        return TOP_HEADERS
-    return TOP_HEADERS[:5] + ("EP", "ETP") + TOP_HEADERS[5:]
+        return headers
+    at = headers.index("CP") + 1
+    return headers[:at] + ("EP", "ETP") + headers[at:]
 
 
 def top_rows(result: SearchResult, n: int) -> list[tuple]:
     """The rows of the top-plans table (as printed and in the markdown)."""
     rows = []
     moe = result.model.is_moe
+    split = _shows_split(result, n)
     for row in result.table.head(n).itertuples(index=False):
         recompute = recompute_label(row.recompute, row.recompute_method,
                                     row.recompute_num_layers,
                                     row.recompute_modules if moe else "")
         experts = (row.ep, row.etp) if moe else ()
-        rows.append((row.rank, row.tp, row.pp, row.vp, row.cp, *experts, row.dp,
-                     "on" if row.sp else "off", row.mbs, recompute,
+        uneven = (f"{row.first_stage_layers or '-'}/{row.last_stage_layers or '-'}"
+                  if row.first_stage_layers or row.last_stage_layers else "")
+        rows.append((row.rank, row.tp, row.pp, *((uneven,) if split else ()), row.vp, row.cp,
+                     *experts, row.dp, "on" if row.sp else "off", row.mbs, recompute,
                      "on" if row.distributed_optimizer else "off",
                      f"{row.step_time_s:.4g}", f"{row.tokens_per_s_per_gpu:.0f}",
                      f"{row.tflops_per_gpu:.1f}", f"{100 * row.mfu:.1f}",
@@ -60,6 +74,8 @@ def top_rows(result: SearchResult, n: int) -> list[tuple]:
     return rows
 
 
+DOMINATED_REASON = ("the same layout with another recompute setting is as fast in no more "
+                    "memory")
 MEMORY_REASONS = (R_MEMORY,)
 """Rejections of a layout that is valid but does not fit; every other reason
 is a structural rule of ``training/space.py``: the layout can never run."""
@@ -72,9 +88,12 @@ def rejection_lines(result: SearchResult) -> list[str]:
     memory = {r: n for r, n in result.rejected.items() if r in MEMORY_REASONS}
     lines = [f"considered {result.considered} plans: {result.feasible} fit, "
              f"{sum(never.values())} never valid (layout rules), "
-             f"{sum(memory.values())} rejected for memory"]
+             f"{sum(memory.values())} rejected for memory"
+             + (f", {result.dominated} dominated" if result.dominated else "")]
     lines += [f"  never valid: {reason}: {count}" for reason, count in never.items()]
     lines += [f"  rejected for memory: {reason}: {count}" for reason, count in memory.items()]
+    if result.dominated:
+        lines.append(f"  dominated: {DOMINATED_REASON}: {result.dominated}")
     return lines + csv_note(result)
 
 
@@ -162,7 +181,7 @@ def search_json(result: SearchResult, top: int, files: dict[str, Path],
     rejection reason, best.json's document and the files written."""
     rows = result.table.head(top)
     return {"considered": result.considered, "feasible": result.feasible,
-            "rejected": dict(result.rejected),
+            "rejected": dict(result.rejected), "dominated": result.dominated,
             "top": json.loads(rows.to_json(orient="records", double_precision=6)),
             "best": best_document(result, spec),
             "files": {key: str(path) for key, path in files.items()}}
@@ -194,7 +213,8 @@ def markdown_report(result: SearchResult, top: int, spec: LaunchSpec | None = No
              f"{precision_label(w, result.software, c.gpu)}",
              f"- objective: {result.objective}", "",
              f"## Top {min(top, result.feasible)} plans", "",
-             tabulate(top_rows(result, top), headers=top_headers(result), tablefmt="github"), "",
+             tabulate(top_rows(result, top), headers=top_headers(result, top),
+                      tablefmt="github"), "",
              "## Plans considered", ""]
     lines += [f"- {line.strip()}" for line in rejection_lines(result)]
     lines += ["", "## Best plan", "", f"{describe_plan(result.best)}", "",

@@ -177,6 +177,7 @@ def _predicted(result) -> dict:
     return {"model_name": result.model.name, "gpus": c.num_gpus,
             "gpus_per_node": c.gpus_per_node, "global_batch_size": w.global_batch_size,
             "seq_len": w.seq_len, "considered": result.considered, "feasible": result.feasible,
+            "dominated": result.dominated,
             "best": _row_summary(result, 0),
             "runner_up": _row_summary(result, 1) if result.feasible > 1 else None}
 

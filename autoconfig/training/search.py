@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import pandas as pd
 
-from autoconfig.training import memory
+from autoconfig.training import dominance, memory
 
 from autoconfig.training import step_time as perf
 from autoconfig.errors import MAX_COUNT, InfeasibleError, InputError
@@ -63,6 +63,10 @@ class SearchResult:
     """Name of the stack the features came from."""
     constants: object = None
     """The calibrated PerfConstants the predictions used (None: the shipped ones)."""
+    dominated: int = 0
+    """Plans that fit but were dropped: a plan of the same layout with another
+    recompute setting is as fast and needs no more memory
+    (``autoconfig.training.dominance``)."""
 
     @property
     def feasible(self) -> int:
@@ -122,13 +126,16 @@ def search(model: ModelSpec, workload: Workload, cluster: Cluster,
     mem = _take(mem, fit)
     times = perf.step_time(model, workload, plans, cluster, software=software,
                            constants=constants)
+    drop = dominance.dominated(plans, times.step_time_s, mem.total_bytes, times.recompute_s)
+    if drop.any():
+        plans, mem, times = plans.take(~drop), _take(mem, ~drop), _take(times, ~drop)
     order = _rank(plans, mem, times, objective)
     plans = plans.take(order)
     table = _table(plans, workload, _take(mem, order), _take(times, order))
     return SearchResult(model=model, workload=workload, cluster=cluster, objective=objective,
                         plans=plans, table=table, rejected=rejected,
                         considered=space.considered, software=software, stack=stack,
-                        constants=constants)
+                        constants=constants, dominated=int(drop.sum()))
 
 
 STATE_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "distributed_optimizer",
@@ -234,9 +241,9 @@ def evaluate(model: ModelSpec, workload: Workload, cluster: Cluster, plans: Plan
 def _rank(plans: PlanTable, mem, times, objective: str) -> np.ndarray:
     """Stable order: the objective, then the other metric, then the plan
     fields (so equal predictions always come out in the same order)."""
-    step = np.round(np.asarray(times.step_time_s, dtype=float), 9)
-    total = np.round(np.asarray(mem.total_bytes, dtype=float) / GIB, 6)
-    keys = [plans.recompute_num_layers, plans.recompute_method, plans.recompute,
+    step, total = dominance.ranking_keys(times.step_time_s, mem.total_bytes)
+    keys = [plans.recompute_modules, plans.recompute_num_layers, plans.recompute_method,
+            plans.recompute,
             ~plans.distributed_optimizer, ~plans.sp, plans.mbs, plans.cp, plans.vp,
             plans.pp, plans.tp]
     primary = [total, step] if objective == "throughput" else [step, total]
