@@ -491,39 +491,45 @@ def _plan(row: dict, settings: dict, model: ModelSpec, assumptions: list[str]) -
                 recompute_modules=modules)
 
 
+def _recipe_value(row: dict, key: str, pattern: str = r"[^;]+") -> str | None:
+    """The value the row's ``recipe_settings`` (``key=value`` pairs joined by ';')
+    gives ``key``, where it matches ``pattern``; None where it gives none. These
+    are settings read from the recipe of the row's release where the table leaves
+    them out; the shared columns stay as the source printed them."""
+    match = re.search(rf"(?:^|;)\s*{re.escape(key)}=({pattern})",
+                      row.get("recipe_settings") or "")
+    return match.group(1) if match else None
+
+
 def _recipe_int(row: dict, key: str) -> int | None:
-    """A whole number the row's ``recipe_settings`` states as ``key=N`` (a setting
-    read from the recipe of the row's release where the table leaves it out; the
-    shared columns stay as the source printed them)."""
-    match = re.search(rf"(?:^|;)\s*{re.escape(key)}=(\d+)", row.get("recipe_settings") or "")
-    return int(match.group(1)) if match else None
+    """A whole number the row's ``recipe_settings`` states as ``key=N``."""
+    value = _recipe_value(row, key, r"\d+")
+    return None if value is None else int(value)
 
 
 def _recipe_fp8(row: dict) -> str:
     """The FP8 recipe the row's ``recipe_settings`` names (``fp8_recipe=``, read from
     the recipe of its release where the table's precision does not say it): its
     canonical name (``autoconfig.training.fp8``), '' where it names none."""
-    match = re.search(r"(?:^|;)\s*fp8_recipe=([a-z0-9_-]+)", row.get("recipe_settings") or "")
-    name = match.group(1) if match else ""
+    name = _recipe_value(row, "fp8_recipe", r"[a-z0-9_-]+") or ""
     return recipe_name(name) if name in (*FP8_RECIPES, *FP8_ALIASES) else ""
 
 
 def _recipe_flag(row: dict, key: str) -> bool | None:
     """A switch the row's ``recipe_settings`` states as ``key=true`` or ``key=false``
     (None where it states none)."""
-    match = re.search(rf"(?:^|;)\s*{re.escape(key)}=(true|false)\b",
-                      row.get("recipe_settings") or "")
-    return None if match is None else match.group(1) == "true"
+    value = _recipe_value(row, key, r"(?:true|false)\b")
+    return None if value is None else value == "true"
 
 
 def _cuda_graph(row: dict) -> str | None:
     """The row's recipe's CUDA-graph scope (``recipe_settings`` ``cuda_graph=``):
     ``none``, Transformer Engine's scoped graphs (``te:attn+moe_router+...``) or
     ``full_iteration``; None where it states none."""
-    match = re.search(r"(?:^|;)\s*cuda_graph=([^;]+)", row.get("recipe_settings") or "")
-    if match is None:
+    scope = _recipe_value(row, "cuda_graph")
+    if scope is None:
         return None
-    scope = match.group(1).strip()
+    scope = scope.strip()
     if scope == "full_iteration":
         return "full-iteration"
     return "te-scoped" if scope.startswith("te:") or scope == "transformer_engine" else "none"
