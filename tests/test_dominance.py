@@ -76,3 +76,30 @@ def test_search_keeps_no_dominated_plan(llama_result) -> None:
 def test_search_counts_add_up(llama_result) -> None:
     r = llama_result
     assert r.considered == r.feasible + sum(r.rejected.values()) + r.dominated
+
+
+def _estimate(recompute: str, fused: bool = True) -> dict:
+    from dataclasses import replace
+
+    from autoconfig.training.estimate import estimate_plan
+    from autoconfig.training.stack import load_stack
+    software = replace(load_stack("megatron-lm").features, flash_attention=fused)
+    plan = Plan(tp=8, pp=8, dp=16, sp=True, recompute=recompute, distributed_optimizer=True)
+    return estimate_plan(get_model("gpt3", "175b"), Workload(1536, 2048),
+                         Cluster(get_gpu("a100-80gb"), nodes=128, gpus_per_node=8), plan,
+                         software, "megatron-lm")
+
+
+def test_estimate_names_the_recompute_that_spares_nothing() -> None:
+    given = _estimate("selective")
+    bare = given["without_recompute"]
+    assert bare["memory_gib"] <= given["memory_gib"] + 1e-6
+    assert bare["step_time_s"] < given["step_time_s"]
+
+
+def test_estimate_is_silent_where_recompute_spares_memory_or_is_off() -> None:
+    # Unfused attention stores the scores selective recompute spares; full
+    # recompute spares the layers' activations; no recompute has nothing to drop.
+    assert "without_recompute" not in _estimate("selective", fused=False)
+    assert "without_recompute" not in _estimate("full")
+    assert "without_recompute" not in _estimate("none")

@@ -76,6 +76,12 @@ def render_table(result: dict) -> str:
         note += (f"\n\nwith --fsdp-sharding full-shard (Megatron-FSDP: the data-parallel ranks "
                  f"shard the weights and gradients too) this plan needs {sharded:.2f} GiB a "
                  f"GPU: {verdict}")
+    if "without_recompute" in result:
+        bare = result["without_recompute"]
+        saved = 100 * (1 - bare["step_time_s"] / result["step_time_s"])
+        note += (f"\n\nthis recompute spares no memory: with --recompute none the plan needs "
+                 f"{bare['memory_gib']:.2f} GiB a GPU and steps in {bare['step_time_s']:.4f} s "
+                 f"({saved:.1f}% less); a search drops it as dominated")
     if result.get("not_modelled"):
         note += (f"\n\nnot modelled: {', '.join(result['not_modelled'])} (priced as a plain "
                  "softmax)")
