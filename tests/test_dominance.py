@@ -46,6 +46,13 @@ def test_of_exact_twins_the_one_recomputing_less_survives() -> None:
     assert _dominated([FULL, SELECTIVE], [1.0, 1.0], [40.0, 40.0], [0.0, 0.0]) == [True, False]
 
 
+def test_of_twins_full_recompute_of_every_layer_goes_before_one_layer() -> None:
+    every = Plan(tp=2, pp=2, dp=2, recompute="full", recompute_num_layers=0)
+    one = Plan(tp=2, pp=2, dp=2, recompute="full", recompute_method="block",
+               recompute_num_layers=1)
+    assert _dominated([every, one], [1.0, 1.0], [40.0, 40.0]) == [True, False]
+
+
 def test_other_layouts_are_never_compared() -> None:
     assert _dominated([OTHER_LAYOUT, SELECTIVE], [1.0, 2.0], [10.0, 70.0]) == [False, False]
 

@@ -59,9 +59,11 @@ def _layout_runs(plans: PlanTable) -> np.ndarray:
 
 def _less_work_first(plans: PlanTable) -> np.ndarray:
     """Of exact twins, the order in which to keep them: recompute kind, then
-    layers of full recompute, then modules of selective recompute."""
-    return (np.asarray(plans.recompute, dtype=np.int64) * 1_000_000
-            + np.asarray(plans.recompute_num_layers, dtype=np.int64) * 100
+    layers of full recompute (0 is every layer of the chunk: the most), then
+    modules of selective recompute."""
+    layers = np.asarray(plans.recompute_num_layers, dtype=np.int64)
+    return (np.asarray(plans.recompute, dtype=np.int64) * 1_000_000_000
+            + np.where(layers == 0, 999_999, layers) * 100
             + _module_counts(plans.recompute_modules))
 
 
