@@ -61,7 +61,7 @@ def estimate_plan(model, workload, cluster, plan, software: SoftwareFeatures,
         "memory_by_stage_gib": _stage_memory(model, workload, plan, software, recipe),
         "not_modelled": list(model.unmodelled),
         **_sharded_memory(model, workload, cluster, plan, software, recipe, bool(fit[0])),
-        **_idle_recompute(model, workload, cluster, plan, software, recipe, constants),
+        **_idle_recompute(model, workload, cluster, plan, row, software, recipe, constants),
         **_encoder_decoder_parts(model, workload, cluster, plan, software, recipe),
     }
 
@@ -79,22 +79,25 @@ def _sharded_memory(model, workload, cluster, plan, software, recipe, fits: bool
     return {"megatron_fsdp_memory_gib": float(mem.total_bytes[0]) / GIB}
 
 
-def _idle_recompute(model, workload, cluster, plan, software, recipe, constants) -> dict:
-    """For a plan that recomputes: the same plan without recompute where that is
-    as fast or faster in no more memory (``autoconfig.training.dominance``: the
-    recompute spares nothing, e.g. selective recompute of the attention core
-    under fused attention, which a search drops); nothing otherwise."""
+def _idle_recompute(model, workload, cluster, plan, row, software, recipe, constants) -> dict:
+    """For a plan that recomputes (its predictions in ``row``): the same plan without
+    recompute where that is as fast or faster in no more memory
+    (``autoconfig.training.dominance``: the recompute spares nothing, e.g. selective
+    recompute of the attention core under fused attention, which a search drops);
+    nothing otherwise."""
     if plan.recompute == "none":
         return {}
     bare = replace(plan, recompute="none", recompute_method="uniform",
                    recompute_num_layers=0, recompute_modules="")
-    plans = PlanTable.from_plans([plan, bare])
-    table, _ = evaluate(model, workload, cluster, plans, software, recipe, constants)
-    if not dominated(plans, table.step_time_s.to_numpy(), table.memory_gib.to_numpy() * GIB,
-                     table.recompute_s.to_numpy())[0]:
+    table, _ = evaluate(model, workload, cluster, PlanTable.from_plans([bare]), software,
+                        recipe, constants)
+    both = [row, table.iloc[0]]
+    if not dominated(PlanTable.from_plans([plan, bare]),
+                     [r.step_time_s for r in both], [r.memory_gib * GIB for r in both],
+                     [r.recompute_s for r in both])[0]:
         return {}
-    return {"without_recompute": {"step_time_s": float(table.step_time_s.iloc[1]),
-                                  "memory_gib": float(table.memory_gib.iloc[1])}}
+    return {"without_recompute": {"step_time_s": float(both[1].step_time_s),
+                                  "memory_gib": float(both[1].memory_gib)}}
 
 
 def _encoder_decoder_parts(model, workload, cluster, plan, software, recipe) -> dict:
