@@ -68,7 +68,7 @@ def test_a_prompt_just_under_the_room_mostly_fits_one_step() -> None:
 def test_steady_state_ttft_matches_a_simulated_poisson_job(name, rate) -> None:
     # Not asserted: SGLang at 40/s, 616 requests in flight, where prefill-first
     # forwards follow one another under its overlap scheduler; the steady state
-    # comes out 11% below the simulator there (README, inference accuracy).
+    # comes out 11% below the simulator there (benchmarks/ACCURACY_LOG.md, Serving).
     engine = engines.get_engine(name)
     job, steady = job_and_steady(engine, rate)
     assert steady.tpot_ms == pytest.approx(job.tpot_ms, rel=0.06)

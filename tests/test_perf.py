@@ -72,6 +72,29 @@ def test_training_allreduce_latency_follows_nccl_model_by_link():
     assert tp8 / tp4 < 14 / 6
 
 
+def test_training_gather_latency_is_one_ring_through_every_rank():
+    """An all-gather or reduce-scatter over nodes is NCCL's ring through all n
+    ranks: n - 1 steps, nNodes - 1 of them over the network, one base; its bytes
+    are half an all-reduce's."""
+    from autoconfig.training.step_time import allreduce_s, gather_s
+    c = load_constants()
+    base, nv_step, net_step = (c.collective_base_latency_s, c.nvlink_step_latency_s,
+                               c.comm_latency_s)
+    # 512 ranks on 64 nodes of 8: 448 NVLink steps and 63 network steps
+    assert gather_s(c, 0.0, 512, 8, 3e11, 2.5e10) == pytest.approx(
+        base + 448 * nv_step + 63 * net_step)
+    # inside one domain: 7 NVLink steps
+    assert gather_s(c, 0.0, 8, 8, 3e11, 2.5e10) == pytest.approx(base + 7 * nv_step)
+    assert gather_s(c, 1e9, 1, 1, 3e11, 2.5e10) == 0.0
+    bytes_only = 0.5 * (ring_allreduce_s(1e9, 8, 3e11) + ring_allreduce_s(1e9 / 8, 64, 2.5e10))
+    assert gather_s(c, 1e9, 512, 8, 3e11, 2.5e10) == pytest.approx(
+        bytes_only + base + 448 * nv_step + 63 * net_step)
+    # the ring's latency grows with the ranks, not only the nodes: at 512 ranks a
+    # gather's latency exceeds half a hierarchical all-reduce's by the 441 extra NVLink steps
+    extra = gather_s(c, 0.0, 512, 8, 3e11, 2.5e10) - 0.5 * allreduce_s(c, 0.0, 512, 8, 3e11, 2.5e10)
+    assert extra == pytest.approx(0.5 * base + 441 * nv_step)
+
+
 def test_members_in_domain_follow_megatron_rank_order():
     assert members_in_domain(16, 1, 8) == 8     # tp-like inner group
     assert members_in_domain(16, 8, 8) == 1     # dp group over tp=8: one per node

@@ -42,6 +42,30 @@ def hierarchical_allreduce_s(nbytes, n, members_per_domain, nvlink_bytes_per_s,
     return intra + inter + np.where(n > 1, base_latency_s, 0.0)
 
 
+def ring_gather_s(nbytes, n, members_per_domain, nvlink_bytes_per_s, ib_bytes_per_s,
+                  latency_s=0.0, nvlink_latency_s=None, base_latency_s=0.0):
+    """All-gather (or reduce-scatter) of a ``nbytes`` buffer over ``n`` ranks,
+    ``members_per_domain`` of them in each NVLink domain.
+
+    Bandwidth as half the hierarchical all-reduce (each rank receives or sends
+    (n-1)/n of the buffer; the network carries a 1/k shard per rank). Latency as
+    NCCL's tuning model prices the only algorithm it has for these collectives
+    across nodes of several GPUs, one ring through all ``n`` ranks
+    (``src/graph/tuning.cc``: n - 1 steps, of which nNodes - 1 cross the network,
+    ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat`` beside the
+    collective's base): ``base + (n - d) * nvlink step + (d - 1) * network step``
+    for ``d = n / k`` domains, where the hierarchical scheme counts k - 1 NVLink
+    steps. At 512 ranks on 64 nodes that is 448 NVLink steps, not 7."""
+    n = np.asarray(n, dtype=float)
+    k = np.clip(np.asarray(members_per_domain, dtype=float), 1.0, n)
+    domains = n / k
+    step = latency_s if nvlink_latency_s is None else nvlink_latency_s
+    moved = 0.5 * (ring_allreduce_s(nbytes, k, nvlink_bytes_per_s)
+                   + ring_allreduce_s(nbytes / k, domains, ib_bytes_per_s))
+    latency = base_latency_s + (n - domains) * step + (domains - 1.0) * latency_s
+    return np.where(n > 1, moved + latency, 0.0)
+
+
 def members_in_domain(group_size, stride, domain_gpus):
     """Members of a process group that share one NVLink domain.
 

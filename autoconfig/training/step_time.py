@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.core.comm import hierarchical_allreduce_s, members_in_domain, p2p_s
+from autoconfig.core.comm import (hierarchical_allreduce_s, members_in_domain, p2p_s,
+                                  ring_gather_s)
 from autoconfig.training.memory import (dense_layer_params_per_gpu, fp8_stores_inputs,
                                        moe_layer_params_per_gpu)
 from autoconfig.errors import CatalogError
@@ -905,7 +906,7 @@ def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
     if sw.moe_dispatcher == "allgather":
         k_in = members_in_domain(group, 1, cluster.nvlink_domain_gpus)
         gathered = group * local_tokens * token_bytes
-        one = 0.5 * allreduce_s(c, gathered, group, k_in, nv, ib)
+        one = gather_s(c, gathered, group, k_in, nv, ib)
         return np.where(group > 1, 2.0 * one, 0.0)
     in_domain = members_in_domain(ep, etp, cluster.nvlink_domain_gpus)
     if sw.moe_dispatcher.startswith("flex"):
@@ -919,7 +920,7 @@ def _dispatch_combine_s(model: ModelSpec, cluster: Cluster, c: PerfConstants,
     over_network = local_tokens * token_bytes * network_copies
     copies = local_tokens * model.moe_topk * token_bytes
     a2a = np.maximum(over_nvlink / nv, over_network / ib) + c.comm_latency_s
-    gather = np.where(etp > 1, 0.5 * allreduce_s(c, copies * etp, etp, etp, nv, ib), 0.0)
+    gather = np.where(etp > 1, gather_s(c, copies * etp, etp, etp, nv, ib), 0.0)
     return np.where(ep > 1, 2.0 * a2a, 0.0) + 2.0 * gather
 
 
@@ -1104,6 +1105,17 @@ def allreduce_s(c: PerfConstants, nbytes, n, members_per_domain, nvlink_bytes_pe
                                     c.collective_base_latency_s)
 
 
+def gather_s(c: PerfConstants, nbytes, n, members_per_domain, nvlink_bytes_per_s,
+             ib_bytes_per_s):
+    """Seconds of one training all-gather or reduce-scatter of a ``nbytes`` buffer
+    over ``n`` ranks: NCCL's ring through every rank (``comm.ring_gather_s``), its
+    steps at the latencies ``allreduce_s`` uses. Until 2026-12-02 half a
+    hierarchical all-reduce, whose latency counted only k - 1 NVLink steps and
+    half the collective's base."""
+    return ring_gather_s(nbytes, n, members_per_domain, nvlink_bytes_per_s, ib_bytes_per_s,
+                         c.comm_latency_s, c.nvlink_step_latency_s, c.collective_base_latency_s)
+
+
 def _tp_comm_per_microbatch(model, cluster, c, t, tokens, layers, rc_layers,
                             async_backward_gemms=None):
     """Exposed TP communication of one micro-batch on one stage.
@@ -1251,10 +1263,11 @@ def _dp_comm(cluster, c, sw, plans, params, group, stride, backward_window_s,
     k = members_in_domain(group, stride, cluster.nvlink_domain_gpus)
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
-    grads = allreduce_s(c, params * sw.grad_reduce_bytes, group, k, nv, ib)
-    gather = allreduce_s(c, params * BF16_BYTES, group, k, nv, ib)
-    reduce = np.where(plans.distributed_optimizer, 0.5 * grads, grads)
-    gather = np.where(plans.distributed_optimizer, 0.5 * gather, 0.0)
+    grad_bytes = params * sw.grad_reduce_bytes
+    reduce = np.where(plans.distributed_optimizer, gather_s(c, grad_bytes, group, k, nv, ib),
+                      allreduce_s(c, grad_bytes, group, k, nv, ib))
+    gather = np.where(plans.distributed_optimizer,
+                      gather_s(c, params * BF16_BYTES, group, k, nv, ib), 0.0)
     bucket = np.maximum(c.grad_bucket_params["min"], c.grad_bucket_params["per_rank"] * group)
     last = np.minimum(1.0, bucket / np.maximum(params, 1.0))
     if sw.overlap_grad_reduce:
@@ -1284,8 +1297,8 @@ def _sharded_dp_comm_per_microbatch(model, cluster, c, sw, t, cp, dp, layers, st
     ib = gpu.internode_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
 
     def unit(params):
-        gather = 0.5 * allreduce_s(c, params * BF16_BYTES, group, k, nv, ib)
-        reduce = 0.5 * allreduce_s(c, params * sw.grad_reduce_bytes, group, k, nv, ib)
+        gather = gather_s(c, params * BF16_BYTES, group, k, nv, ib)
+        reduce = gather_s(c, params * sw.grad_reduce_bytes, group, k, nv, ib)
         return gather, sw.param_gathers_per_microbatch * gather + reduce
 
     output = (output_layer_params(model) or embedding_params(model)) / t
