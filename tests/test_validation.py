@@ -327,3 +327,13 @@ def test_without_current_held_out_figures_the_held_out_target_is_missed():
     assert format_targets(rows)[-1].startswith("  MISSED  throughput MAPE overall, "
                                                "leave-one-source-out (not computed")
     assert format_targets(rows)[-1].endswith(": n/a (target <= 7%)")
+
+
+def test_runs_on_sixteen_nodes_or_more_form_the_at_scale_family(runs):
+    """validate prints the runs of 128 GPUs or more apart, where data-parallel
+    traffic crosses the network: llm-foundry's 512-GPU MPT-70B row is in it, the
+    same model on 32 GPUs is not."""
+    from autoconfig.validation.scoring import run_families
+    assert runs["R0188"].cluster.num_gpus == 512 and runs["R0207"].cluster.num_gpus == 32
+    assert "128 GPUs or more" in run_families(runs["R0188"])
+    assert "128 GPUs or more" not in run_families(runs["R0207"])

@@ -26,6 +26,9 @@ TARGET_HELD_OUT_MAPE_PCT = 7.0
 TARGET_HELD_OUT_SOURCE_PCT = 12.0
 TARGET_HELD_OUT_SPEARMAN = 0.6
 LONG_CONTEXT_TOKENS = 16384
+AT_SCALE_GPUS = 128
+"""Runs on this many GPUs or more form the at-scale family: 16 nodes of 8, where
+data-parallel traffic crosses the network and the weak-scaling misses show."""
 """Sequences from this length on count as long context (attention dominates)."""
 MIN_GROUP = 2
 
@@ -315,7 +318,8 @@ def targets(report: ValidationReport, stored: dict | None) -> list[tuple[str, fl
 
 def run_families(run: Run) -> tuple[str, ...]:
     """The families of runs whose errors ``validate`` prints apart: long context,
-    TP of 4 or more inside one node, deep pipelines, MoE, and each FP8 recipe."""
+    TP of 4 or more inside one node, deep pipelines, runs at scale, MoE, and each
+    FP8 recipe."""
     from autoconfig.training.fp8 import precision_label
     plan, families = run.plan, []
     if run.workload.seq_len >= LONG_CONTEXT_TOKENS or plan.cp > 1:
@@ -324,6 +328,8 @@ def run_families(run: Run) -> tuple[str, ...]:
         families.append("TP >= 4 inside a node")
     if plan.pp >= 16:
         families.append("PP >= 16")
+    if run.cluster.num_gpus >= AT_SCALE_GPUS:
+        families.append(f"{AT_SCALE_GPUS} GPUs or more")
     if run.model.is_moe:
         families.append("MoE")
     families.append(precision_label(run.workload, run.software, run.cluster.gpu).upper())
