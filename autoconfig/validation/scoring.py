@@ -26,10 +26,10 @@ TARGET_HELD_OUT_MAPE_PCT = 7.0
 TARGET_HELD_OUT_SOURCE_PCT = 12.0
 TARGET_HELD_OUT_SPEARMAN = 0.6
 LONG_CONTEXT_TOKENS = 16384
+"""Sequences from this length on count as long context (attention dominates)."""
 AT_SCALE_GPUS = 128
 """Runs on this many GPUs or more form the at-scale family: 16 nodes of 8, where
 data-parallel traffic crosses the network and the weak-scaling misses show."""
-"""Sequences from this length on count as long context (attention dominates)."""
 MIN_GROUP = 2
 
 
