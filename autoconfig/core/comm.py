@@ -60,8 +60,8 @@ def ring_gather_s(nbytes, n, members_per_domain, nvlink_bytes_per_s, ib_bytes_pe
     k = np.clip(np.asarray(members_per_domain, dtype=float), 1.0, n)
     domains = n / k
     step = latency_s if nvlink_latency_s is None else nvlink_latency_s
-    moved = 0.5 * (ring_allreduce_s(nbytes, k, nvlink_bytes_per_s)
-                   + ring_allreduce_s(nbytes / k, domains, ib_bytes_per_s))
+    moved = 0.5 * hierarchical_allreduce_s(nbytes, n, k, nvlink_bytes_per_s,
+                                           ib_bytes_per_s)
     latency = base_latency_s + (n - domains) * step + (domains - 1.0) * latency_s
     return np.where(n > 1, moved + latency, 0.0)
 
