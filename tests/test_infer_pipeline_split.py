@@ -19,7 +19,7 @@ from autoconfig.inference.search import predict
 A100 = Cluster(get_gpu("a100-80gb"), 8, 8)
 GPT175 = get_model("gpt3", "175b")
 FT = engines.get_engine("fastertransformer")
-FT_RULE = PipelineSplit("per_stage", "per_stage", 1024)
+FT_RULE = PipelineSplit("per_stage", "per_stage", 1024, decode_overlaps_steps=False)
 
 
 def _counts(split, batch, pp, s_in, prefill_m=None):
@@ -43,7 +43,7 @@ def test_fastertransformer_splits_as_getlocalbatchsize(batch, pp, s_in, prefill,
 
 def test_megatron_core_cuts_a_decode_step_only_past_the_prefill_threshold():
     rule = engines.get_engine("megatron-core-static").pipeline_split
-    assert rule == PipelineSplit("threshold", "chosen", None)
+    assert rule == PipelineSplit("threshold", "chosen", None, decode_overlaps_steps=False)
     # prefill in 4 micro-batches of 16 x 512 tokens: a decode step of 64 tokens runs whole
     assert _counts(rule, 64, 4, 512, prefill_m=4)[1] == [1]
     # one-token prompts in 8 micro-batches of 8: the threshold is 8 tokens, decode cut in 8
@@ -75,6 +75,7 @@ def test_fastertransformer_runs_a_small_batch_through_the_stages_whole():
     "{decode: chosen, prefill: chosen, prefill_max_tokens: 1024}",   # a limit it ignores
     "{decode: chosen, prefill: per_stage, prefill_max_tokens: 0}",
     "{decode: chosen, every: 2}",
+    "{decode: chosen, decode_overlaps_steps: sometimes}",
 ])
 def test_a_malformed_split_in_an_engine_file_is_named(tmp_path, monkeypatch, value):
     text = (engines.engines_dir() / "fastertransformer.yaml").read_text()
@@ -90,11 +91,20 @@ def test_a_malformed_split_in_an_engine_file_is_named(tmp_path, monkeypatch, val
         engines._load.cache_clear()
 
 
-def test_under_fastertransformers_rule_a_batch_of_four_beats_two_on_four_stages():
-    """Its rule splits 4 requests into 4 micro-batches over 4 stages and runs 2
-    whole (4 does not divide 2): the step of 4 is that of 1, not of 2."""
+def test_fastertransformer_fills_and_drains_the_pipeline_every_decode_step():
+    """Its step loop runs each micro-batch through the stages, then broadcasts the
+    new tokens from the last stage before the next step: a batch of 4 over 4
+    stages, cut into 4 micro-batches of one, takes 4 + 4 - 1 = 7 stage times of
+    one request a token where a batch of 1 takes 4 (an in-flight engine keeping
+    the 4 in flight would take 4); a batch of 2, which its rule runs whole, 4
+    stage times of two requests."""
     plans = InferencePlanTable.from_plans([InferencePlan(8, 4, b) for b in (1, 2, 4)])
     rows = predict(GPT175, InferenceWorkload(60, 20), plans, A100, engine=FT)
     assert rows.decode_microbatches.tolist() == [1, 1, 4]
-    assert rows.tpot_ms[2] == pytest.approx(rows.tpot_ms[0])
-    assert rows.tpot_ms[1] > rows.tpot_ms[2]
+    assert FT.step_overhead_s == 0.0
+    assert rows.tpot_ms[2] == pytest.approx(rows.tpot_ms[0] * 7 / 4)
+    overlapped = predict(GPT175, InferenceWorkload(60, 20), plans, A100,
+                         engine=dataclasses.replace(FT, pipeline_split=dataclasses.replace(
+                             FT_RULE, decode_overlaps_steps=True)))
+    assert overlapped.tpot_ms[2] == pytest.approx(rows.tpot_ms[0])
+    assert rows.tpot_ms[1] < rows.tpot_ms[2]

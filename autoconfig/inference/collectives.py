@@ -38,6 +38,10 @@ LMDeploy 0.1's Llama 2 70B at TP 4 on A100 came out 12-32% fast (TPOT MAPE 6.4%
 -> 10.6%, throughput 7.6% -> 12.6%) and the three FasterTransformer GPT-3 175B
 points 47-54% (latency MAPE 25% -> 41%), so an eager TP step keeps costing
 ~``comm_latency_s`` a ring step there until its missing cost is found.
+Retried 2026-12-02 once FasterTransformer's decode steps fill and drain its
+pipeline (``PipelineSplit.decode_overlaps_steps``), part of what the 175B points
+missed: still 21-22% fast (latency MAPE 18.3% -> 21.5%), LMDeploy 0.1's TP 4
+rows 12-27% (TPOT MAPE 6.4% -> 10.6%).
 """
 
 from functools import lru_cache

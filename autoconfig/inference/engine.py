@@ -73,11 +73,24 @@ class PipelineSplit:
       the prefill's micro-batches set (megatron-core's
       ``inference_batch_times_seqlen_threshold``): ``b / m_p`` requests x ``s_in``
       tokens, so decode steps of ``b`` one-token sequences run whole unless the
-      prefill had more micro-batches than prompt tokens."""
+      prefill had more micro-batches than prompt tokens.
+
+    ``decode_overlaps_steps``: whether the micro-batches of one decode step run
+    beside those of the next (in-flight engines keep ``pp`` of them in flight,
+    so a step costs ``max(m, pp)`` stage times), or each step is one pipeline
+    pass that fills and drains before the last stage samples and broadcasts the
+    new tokens to every stage (``m + pp - 1``)."""
 
     decode: str = "chosen"
     prefill: str = "chosen"
     prefill_max_tokens: int | None = None
+    decode_overlaps_steps: bool = True
+
+    def decode_stage_passes(self, microbatches, pp):
+        """Stage times one decode step takes with ``microbatches`` over ``pp`` stages."""
+        if self.decode_overlaps_steps:
+            return np.maximum(microbatches, pp)
+        return microbatches + pp - 1.0
 
 
 KV_POOL_BASES = ("free", "total", "static")
@@ -514,18 +527,21 @@ def _load(path_text: str) -> Engine:
 def _pipeline_split(raw: dict, path: Path) -> PipelineSplit:
     """The ``pipeline_split`` mapping: ``decode`` and ``prefill`` rules, and
     ``prefill_max_tokens`` (a positive integer) exactly where the prefill is ``per_stage``."""
-    unknown = set(raw) - {"decode", "prefill", "prefill_max_tokens"}
+    unknown = set(raw) - {"decode", "prefill", "prefill_max_tokens", "decode_overlaps_steps"}
     decode, prefill = raw.get("decode", "chosen"), raw.get("prefill", "chosen")
     limit = raw.get("prefill_max_tokens")
+    overlaps = raw.get("decode_overlaps_steps", True)
     if unknown or decode not in DECODE_SPLITS or prefill not in PREFILL_SPLITS \
+            or not isinstance(overlaps, bool) \
             or (prefill == "per_stage") != (limit is not None) \
             or (limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                        or limit < 1)):
         raise CatalogError(f"{path}: field 'pipeline_split' needs decode "
                            f"({', '.join(DECODE_SPLITS)}), prefill "
                            f"({', '.join(PREFILL_SPLITS)}) and, for a per_stage prefill, a "
-                           "positive integer prefill_max_tokens")
-    return PipelineSplit(decode, prefill, limit)
+                           "positive integer prefill_max_tokens, and optionally "
+                           "decode_overlaps_steps (true or false)")
+    return PipelineSplit(decode, prefill, limit, overlaps)
 
 
 def _moe_kernels(raw: dict, path: Path) -> tuple[int, int, float]:

@@ -98,10 +98,18 @@ Kernels run one after another, each bound by its own compute or memory traffic
               (+ TPOT where the engine's prefill stops a token short and the first
               decode step samples the first token: ``Engine.prefill_samples_first_token``)
     TPOT    = max(m, pp) * t_stage(decode of b/m) + overhead
+              (m + pp - 1) * t_stage(decode of b/m) + overhead   where steps do not overlap
     latency = TTFT + (s_out - 1) * TPOT
 
 with ``m`` micro-batches (GPipe fill and drain, Huang et al. 2019, Sec. 2.2) as
-the engine splits the batch (``Engine.pipeline_split``): where the split is a
+the engine splits the batch (``Engine.pipeline_split``). An in-flight engine keeps
+``pp`` micro-batches in flight, so the next step's first micro-batch enters stage
+1 as the last one leaves it; an engine whose step loop runs every micro-batch
+through the stages, then samples at the last stage and broadcasts the tokens
+before the next step (FasterTransformer's ``ParallelGpt::forward``: the ``ite``
+loop, then ``ftNcclBroadCast`` of the output ids and a stream synchronise; the
+``decode_overlaps_steps`` flag), fills and drains the pipeline every token, as
+its prefill does. Where the split is a
 setting, the fastest power of two <= b for each phase; FasterTransformer's
 fixed rule (``b / pp`` requests a micro-batch where ``pp`` divides ``b``, else
 the whole batch, a prefill's halved to at most 1,024 tokens), so a batch of 4
@@ -542,8 +550,8 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     decode_stage, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=batch[:, None] / m_decode, decode_context=s_in + s_out / 2.0,
         prefill_tokens=0.0, prefill_context=0.0, logits_rows=batch[:, None] / m_decode))
-    decode = np.where(np.isnan(m_decode), np.inf,
-                      np.maximum(m_decode, pp) * decode_stage + overhead)
+    passes = split.decode_stage_passes(m_decode, pp)
+    decode = np.where(np.isnan(m_decode), np.inf, passes * decode_stage + overhead)
     best_decode = np.argmin(decode, axis=1)
     tpot = decode[rows, best_decode]
     # An engine whose prefill stops a token short samples the first token in the
@@ -554,7 +562,7 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         prefill_microbatches=prefill_m, decode_microbatches=m_decode[rows, best_decode],
         activation_tokens=_largest_pass(engine, requests[rows, best_prefill] * s_in),
         decode_tp_comm_s=np.broadcast_to(tp_comm, m_decode.shape)[rows, best_decode]
-        * np.maximum(m_decode, pp)[rows, best_decode])
+        * np.broadcast_to(passes, m_decode.shape)[rows, best_decode])
 
 
 def _candidates(batch: np.ndarray, pp: np.ndarray) -> np.ndarray:
