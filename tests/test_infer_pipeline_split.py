@@ -76,6 +76,7 @@ def test_fastertransformer_runs_a_small_batch_through_the_stages_whole():
     "{decode: chosen, prefill: per_stage, prefill_max_tokens: 0}",
     "{decode: chosen, every: 2}",
     "{decode: chosen, decode_overlaps_steps: sometimes}",
+    "{decode: whole, prefill: sometimes}",
 ])
 def test_a_malformed_split_in_an_engine_file_is_named(tmp_path, monkeypatch, value):
     text = (engines.engines_dir() / "fastertransformer.yaml").read_text()
@@ -108,3 +109,53 @@ def test_fastertransformer_fills_and_drains_the_pipeline_every_decode_step():
                              FT_RULE, decode_overlaps_steps=True)))
     assert overlapped.tpot_ms[2] == pytest.approx(rows.tpot_ms[0])
     assert rows.tpot_ms[1] < rows.tpot_ms[2]
+
+
+H100 = Cluster(get_gpu("h100-80gb"), 1, 8)
+LLAMA70 = get_model("llama3-70b")
+MCORE = engines.get_engine("megatron-core")
+
+
+def test_megatron_core_runs_each_step_whole_through_its_stages():
+    """Its dynamic engine passes the whole batch through the stages once a step,
+    with no micro-batches: at PP 4 and concurrency C each stage holds all C, so
+    the step is that of an engine keeping 4 micro-batches in flight at 4 C, and
+    slower than that engine's at C (a stage idles while the others work)."""
+    assert MCORE.pipeline_split == PipelineSplit("whole", "whole", None,
+                                                 decode_overlaps_steps=False)
+    in_flight = dataclasses.replace(MCORE, pipeline_split=PipelineSplit())
+    workload = InferenceWorkload(1024, 256)
+
+    def row(engine, concurrency):
+        plans = InferencePlanTable.from_plans([InferencePlan(2, 4, concurrency)])
+        return predict(LLAMA70, workload, plans, H100, engine=engine,
+                       mode="continuous").iloc[0]
+    whole, four = row(MCORE, 64), row(in_flight, 256)
+    assert whole.tpot_ms == pytest.approx(four.tpot_ms)
+    assert whole.decode_microbatches == whole.prefill_microbatches == 1
+    assert whole.tpot_ms > 1.5 * row(in_flight, 64).tpot_ms
+    # a static batch is never cut either: the stages in turn, once each
+    static = predict(LLAMA70, workload, InferencePlanTable.from_plans(
+        [InferencePlan(2, 4, 64)]), H100, engine=MCORE, mode="static").iloc[0]
+    assert static.decode_microbatches == static.prefill_microbatches == 1
+
+
+def test_a_job_on_megatron_core_steps_the_whole_batch():
+    """The simulated job's step is one pass of all its tokens through the stages:
+    that of an engine keeping PP micro-batches in flight at PP times the load
+    (each of its micro-batches a PP-th of the step's tokens)."""
+    from autoconfig.inference.job import step_seconds
+    from autoconfig.training.step_time import load_constants
+    in_flight = dataclasses.replace(MCORE, pipeline_split=PipelineSplit())
+    one = InferencePlanTable.from_plans([InferencePlan(2, 4, 64)])
+    workload, c = InferenceWorkload(1024, 256), load_constants()
+    # decode sequences, their context, prompt tokens, prompt context, logits rows
+    load = (np.array([64.0]), np.array([1100.0]), np.array([512.0]), np.array([256.0]),
+            np.array([65.0]))
+    scaled = tuple(v * 4 if i in (0, 2, 4) else v for i, v in enumerate(load))
+    whole = step_seconds(LLAMA70, workload, one, H100, c, MCORE, *load)
+    assert whole == pytest.approx(step_seconds(LLAMA70, workload, one, H100, c, in_flight,
+                                               *scaled))
+    assert whole > 1.5 * step_seconds(LLAMA70, workload, one, H100, c, in_flight, *load)
+    assert MCORE.pipeline_split.lanes(4.0) == 1.0
+    assert in_flight.pipeline_split.lanes(4.0) == 4.0

@@ -55,8 +55,8 @@ class NewTokenRatio:
         return (self.initial - self.minimum) / self.decay_steps
 
 
-DECODE_SPLITS = ("chosen", "per_stage", "threshold")
-PREFILL_SPLITS = ("chosen", "per_stage")
+DECODE_SPLITS = ("chosen", "per_stage", "threshold", "whole")
+PREFILL_SPLITS = ("chosen", "per_stage", "whole")
 
 
 @dataclass(frozen=True)
@@ -73,18 +73,26 @@ class PipelineSplit:
       the prefill's micro-batches set (megatron-core's
       ``inference_batch_times_seqlen_threshold``): ``b / m_p`` requests x ``s_in``
       tokens, so decode steps of ``b`` one-token sequences run whole unless the
-      prefill had more micro-batches than prompt tokens.
+      prefill had more micro-batches than prompt tokens;
+    - ``whole``: never cut, each forward carries the whole batch through the
+      stages in turn (megatron-core's dynamic engine: one pass a step).
 
     ``decode_overlaps_steps``: whether the micro-batches of one decode step run
     beside those of the next (in-flight engines keep ``pp`` of them in flight,
     so a step costs ``max(m, pp)`` stage times), or each step is one pipeline
     pass that fills and drains before the last stage samples and broadcasts the
-    new tokens to every stage (``m + pp - 1``)."""
+    new tokens to every stage (``m + pp - 1``). An in-flight engine of the second
+    kind runs its steps whole: one micro-batch, the step's every token, crosses
+    the ``pp`` stages in turn."""
 
     decode: str = "chosen"
     prefill: str = "chosen"
     prefill_max_tokens: int | None = None
     decode_overlaps_steps: bool = True
+
+    def lanes(self, pp):
+        """Micro-batches an in-flight engine keeps in flight over ``pp`` stages."""
+        return pp if self.decode_overlaps_steps else np.ones_like(pp)
 
     def decode_stage_passes(self, microbatches, pp):
         """Stage times one decode step takes with ``microbatches`` over ``pp`` stages."""

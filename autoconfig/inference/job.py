@@ -603,7 +603,8 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
         step_s = seconds(plan.decode_seqs, plan.decode_context, plan.prefill_tokens,
                          plan.prefill_context, plan.logits_rows)
         t = timing(plan, step_s, outputs, share.steady,
-                   prompt_lag_s(seconds, float(one.pp[0]), plan, step_s))
+                   prompt_lag_s(seconds, engine.pipeline_split.lanes(float(one.pp[0])),
+                                plan, step_s))
         rows.append({"ttft_ms": t.ttft_s * 1e3, "tpot_ms": t.tpot_s * 1e3,
                      "latency_ms": t.latency_s * 1e3,
                      **{f"{k}_ms": v * 1e3 for k, v in t.percentiles_s.items()},
@@ -624,11 +625,12 @@ def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, 
     from autoconfig.inference.latency import StepLoad, stage_seconds
 
     pp = float(one.pp[0])
+    lanes = engine.pipeline_split.lanes(pp)
     row = lambda values: np.asarray(values, dtype=float)[None, :]   # noqa: E731
     stage, _ = stage_seconds(model, workload, one, cluster, constants, engine, StepLoad(
-        decode_seqs=row(decode_seqs) / pp, decode_context=row(decode_context),
-        prefill_tokens=row(prefill_tokens) / pp, prefill_context=row(prefill_context),
-        logits_rows=row(logits_rows) / pp))
+        decode_seqs=row(decode_seqs) / lanes, decode_context=row(decode_context),
+        prefill_tokens=row(prefill_tokens) / lanes, prefill_context=row(prefill_context),
+        logits_rows=row(logits_rows) / lanes))
     return pp * stage[0] + host_step_s(engine, np.asarray(prefill_tokens, dtype=float))
 
 
@@ -647,7 +649,8 @@ def prompt_lag_s(seconds, pp: float, plan: Schedule, step_s: np.ndarray) -> np.n
     ``pp / k`` times the prompt tokens, less ``step_s``. One Llama 3 70B prompt of
     2,048 tokens on 4 H100s took 195 ms to its first token at TP 1 PP 4 against
     181 ms at TP 4, where the stages in turn take 570 ms (the static model's
-    GPipe fill). 0 without pipeline stages."""
+    GPipe fill). 0 without pipeline stages, and where each step is one pass of
+    the whole batch through them (``pp`` 1 here: ``PipelineSplit.lanes``)."""
     if pp == 1:
         return np.zeros(len(plan.steps))
     prompts = np.maximum(np.asarray(plan.logits_rows, dtype=float)

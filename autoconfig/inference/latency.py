@@ -123,7 +123,9 @@ serving benchmarks at a fixed concurrency run). A request lives about
 ``s_out`` steps, so each step starts ``C / s_out`` new requests: beside ``C``
 decode tokens it prefills ``C s_in / s_out`` prompt tokens (Agrawal et al.
 2024, Sarathi-Serve: chunked prefills piggybacked on decodes). With ``pp``
-stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight:
+stages the engine keeps ``pp`` micro-batches of ``C/pp`` in flight (an engine
+whose steps cross the stages one at a time, ``decode_overlaps_steps`` false,
+one of ``C``):
 
     TPOT = pp * t_stage(C/pp decodes + their prompt share) + overhead / k
     TTFT = (k / 2 + o) * TPOT + steps * (pp * t_stage(decodes + window) + overhead)
@@ -585,6 +587,8 @@ def prefill_microbatches(split, batch: np.ndarray, pp: np.ndarray, s_in: float) 
     requests, halved while even and over ``prefill_max_tokens`` prompt tokens)."""
     if split.prefill == "chosen":
         return _candidates(batch, pp)
+    if split.prefill == "whole":
+        return np.ones((len(batch), 1))
     local = per_stage_requests(batch, pp)
     while True:
         halve = (pp > 1) & (local * s_in > split.prefill_max_tokens) & (np.mod(local, 2) == 0)
@@ -600,6 +604,8 @@ def decode_microbatches(split, batch: np.ndarray, pp: np.ndarray, s_in: float,
     the batch x tokens threshold it set: ``b / m_p`` requests x ``s_in`` tokens)."""
     if split.decode == "chosen":
         return _candidates(batch, pp)
+    if split.decode == "whole":
+        return np.ones((len(batch), 1))
     if split.decode == "per_stage":
         return (batch / per_stage_requests(batch, pp))[:, None]
     threshold = np.maximum(np.floor(batch / prefill_m), 1.0) * s_in
@@ -730,7 +736,10 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     """Steady state of an in-flight engine at concurrency ``plans.batch`` (module doc)."""
     pp = plans.pp.astype(float)[:, None]
     s_in, s_out = workload.input_len_tokens, workload.output_len_tokens
-    running = plans.batch.astype(float)[:, None] / pp       # sequences per micro-batch
+    # Sequences per micro-batch: pp micro-batches in flight, or the whole batch in
+    # one where each step crosses the stages before the next starts.
+    lanes = engine.pipeline_split.lanes(pp)
+    running = plans.batch.astype(float)[:, None] / lanes
     mixed = engine.mixed_prefill
     none = np.zeros_like(running)
     prompt_share = running * s_in / s_out
@@ -826,11 +835,10 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     ttft = ttft + bursts
     if not engine.prefill_samples_first_token:      # then the decode step that samples it
         ttft = ttft + pp * step + engine.decode_step_overhead_s
-    ones = np.ones(len(plans))
     ttft, tpot = ttft[:, 0], tpot[:, 0]
     return InferenceLatency(
         ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
-        prefill_microbatches=ones * plans.pp, decode_microbatches=ones * plans.pp,
+        prefill_microbatches=lanes[:, 0], decode_microbatches=lanes[:, 0],
         activation_tokens=(running + np.maximum(prompt_share,
                                                 np.where(full > 0, room, tokens)))[:, 0],
         decode_tp_comm_s=(pp * tp_comm)[:, 0])
