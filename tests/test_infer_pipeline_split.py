@@ -159,3 +159,16 @@ def test_a_job_on_megatron_core_steps_the_whole_batch():
     assert whole > 1.5 * step_seconds(LLAMA70, workload, one, H100, c, in_flight, *load)
     assert MCORE.pipeline_split.lanes(4.0) == 1.0
     assert in_flight.pipeline_split.lanes(4.0) == 4.0
+
+
+@pytest.mark.parametrize("pp, says", [(4, True), (1, False)])
+def test_the_engine_line_says_when_steps_cross_the_stages_in_turn(capsys, tmp_path, pp, says):
+    from cli_runner import run_cli
+    code, _, err = run_cli(["infer", "--model", "llama3-70b", "--gpu", "h100-80gb", "--gpus",
+                            "8", "--engine", "megatron-core", "--tp", str(8 // pp), "--pp",
+                            str(pp), "--concurrency", "64", "--input-len", "1024",
+                            "--output-len", "256", "--no-plots", "-o", str(tmp_path)], capsys)
+    assert code == 0, err
+    engine_line = err.splitlines()[0]
+    assert engine_line.startswith("engine: megatron-core")
+    assert ("each step crosses them in turn" in engine_line) is says

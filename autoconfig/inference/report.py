@@ -101,6 +101,10 @@ def engine_line(result: InferenceSearchResult, is_default: bool) -> str:
                  f"it inside one NVLink domain on {', '.join(e.gemm_fusion_generations)} GPUs")
     if fp8_prompt_attention(e, result.workload.precision, result.cluster.gpu.generation):
         what += "; the prompts' attention runs in FP8 (context FMHA)"
+    if not e.pipeline_split.decode_overlaps_steps and (result.table["pp"] > 1).any():
+        what += ("; with pipeline stages each step crosses them in turn before the next "
+                 "starts (no micro-batches in flight across steps), so a stage idles while "
+                 "the others work")
     if not e.prefill_samples_first_token:
         what += ("; a prompt's first token comes from the decode step after its prefill "
                  "(the prefill stops one token short)")
