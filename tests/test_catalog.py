@@ -107,3 +107,22 @@ def test_an_inline_count_that_is_not_a_positive_integer_is_named(field, value, s
                                          "integer"):
         catalog.resolve_model(None, None, shape["layers"], shape["hidden"], shape["heads"],
                               shape["kv_heads"], shape["ffn"], shape["vocab"], False, None)
+
+
+def test_gpt_j_and_falcon_count_their_published_shapes() -> None:
+    """The serving models of FasterTransformer's and TensorRT-LLM's era. Falcon-7B
+    summed from its FalconForCausalLM module print (word embeddings 65024 x 4544
+    tied to the head; per layer query_key_value 4544 x 4672, dense 4544 x 4544,
+    MLP 4544 x 18176 and back, one LayerNorm; final LayerNorm), to within the
+    second norm a layer the model counts; Falcon-40B the same sum with its two
+    norms a layer; GPT-J within 0.1% of its model card's 6,053,381,344."""
+    from autoconfig.core.catalog import get_model
+    from autoconfig.core.model import total_params
+    falcon7 = 65024 * 4544 + 32 * (4544 * 4672 + 4544 * 4544 + 2 * 4544 * 18176
+                                   + 2 * 4544) + 2 * 4544
+    assert total_params(get_model("falcon", "7b")) == falcon7 + 32 * 2 * 4544
+    falcon40 = 65024 * 8192 + 60 * (8192 * (8192 + 2 * 8 * 64) + 8192 * 8192
+                                    + 2 * 8192 * 32768 + 4 * 8192) + 2 * 8192
+    assert total_params(get_model("falcon", "40b")) == falcon40
+    assert abs(total_params(get_model("gpt-j", "6b")) / 6_053_381_344 - 1) < 1e-3
+    assert get_model("falcon-7b").num_kv_heads == 1     # multi-query
