@@ -132,3 +132,40 @@ def test_published_rows_carry_the_share_their_configs_set():
     row = next(points[points["point_id"] == "J029"].itertuples())._replace(num_requests=2000)
     assert ask(row._replace(kv_memory_fraction=0.6)).tokens_per_s_per_gpu < \
         0.95 * ask(row).tokens_per_s_per_gpu
+
+
+def test_an_engine_allocating_exact_sizes_pays_no_allocator_slack(tmp_path):
+    """FasterTransformer takes its buffers at their sizes from the CUDA memory pool:
+    its memory is what it allocates plus the runtime context, where a caching
+    allocator's engine pays megatron-core's slack on top. GPT-3 20B at TP 1,
+    batch 64, 512 in / 32 out on an A100 80GB fits only without the slack."""
+    import dataclasses
+    from autoconfig.inference.search import predict
+    ft = engines.get_engine("fastertransformer")
+    assert ft.allocator_fragmentation == 1.0
+    caching = dataclasses.replace(ft, allocator_fragmentation=None)
+    model, gpu = get_model("gpt3", "20b"), get_gpu("a100-80gb")
+    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 64)])
+    workload = InferenceWorkload(512, 32)
+    tokens = np.array([64.0 * 512])
+    exact = memory_per_gpu(model, workload, plans, tokens, engine=ft)
+    cached = memory_per_gpu(model, workload, plans, tokens, engine=caching)
+    allocated = exact.weights_bytes + exact.kv_cache_bytes + exact.activation_bytes
+    assert exact.total_bytes == pytest.approx(allocated + runtime_context_bytes(plans))
+    frag, _ = load_constants().overhead_of("megatron-core")
+    assert cached.total_bytes - exact.total_bytes == pytest.approx(allocated * (frag - 1.0))
+    cluster = Cluster(gpu, 1, 8)
+    assert predict(model, workload, plans, cluster, engine=ft).iloc[0].fits
+    assert not predict(model, workload, plans, cluster, engine=caching).iloc[0].fits
+    # an engine file cannot claim an allocator that returns memory
+    text = (engines.engines_dir() / "fastertransformer.yaml").read_text()
+    lines = ['allocator_fragmentation: {value: 0.9, source: "test"}'
+             if line.startswith("allocator_fragmentation:") else line
+             for line in text.splitlines()]
+    (tmp_path / "fastertransformer.yaml").write_text("\n".join(lines) + "\n")
+    engines._load.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match="allocator_fragmentation"):
+            engines._load(str(tmp_path / "fastertransformer.yaml"))
+    finally:
+        engines._load.cache_clear()

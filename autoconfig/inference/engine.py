@@ -260,6 +260,10 @@ class Engine:
     the TP group inside one NVLink domain (``latency.stage_seconds``)."""
     gemm_fusion_generations: tuple[str, ...] = ()
     """GPU generations the fused GEMM + all-reduce kernel is built for."""
+    allocator_fragmentation: float | None = None
+    """Device memory per byte allocated by the engine's allocator (>= 1); None:
+    megatron-core's PyTorch caching allocator (heuristics/memory.yaml), which
+    the Python engines share."""
     fp8_context_fmha: bool | None = None
     """With FP8 weights and KV cache, the prompts' attention (context FMHA) runs on
     FP8 tensor cores (TensorRT-LLM ``--use_fp8_context_fmha``), on
@@ -516,6 +520,8 @@ def _load(path_text: str) -> Engine:
         if "fp8_context_fmha" in data else (),
         new_token_ratio=_new_token_ratio(_value(data, "new_token_ratio", path, src, (dict,)),
                                          path) if "new_token_ratio" in data else None,
+        allocator_fragmentation=float(_value(data, "allocator_fragmentation", path, src, num))
+        if "allocator_fragmentation" in data else None,
         sources=src)
     if engine.paged and not engine.kv_block_tokens:
         raise CatalogError(f"{path}: a paged KV cache needs kv_block_tokens")
@@ -525,6 +531,9 @@ def _load(path_text: str) -> Engine:
             and engine.cuda_graphs:
         raise CatalogError(f"{path}: a kv_pool_memory reserve counts the graphs' batch: "
                            "give cuda_graph_steps")
+    if engine.allocator_fragmentation is not None \
+            and not 1.0 <= engine.allocator_fragmentation <= 2.0:
+        raise CatalogError(f"{path}: allocator_fragmentation must be in [1, 2]")
     if not 0 < engine.decode_attention_hbm_efficiency <= 1:
         raise CatalogError(f"{path}: decode_attention_hbm_efficiency must be in (0, 1]")
     if engine.decode_steps < 1 or (engine.decode_steps > 1 and not engine.decode_steps_option):

@@ -573,7 +573,7 @@ def run(model, workload, plans, cluster, constants, engine, job: Job) -> pd.Data
     forward = activation_tokens(engine, workload, len(plans))
     capacity = kv_capacity_tokens(model, workload, plans, forward, cluster.gpu,
                                   pool_tokens(model, workload, plans, forward, cluster.gpu,
-                                              engine))
+                                              engine), engine=engine)
     rows = []
     for i in range(len(plans)):
         one = plans.take([i])

@@ -42,7 +42,9 @@
   ``materialize_only_last_token_logits=True``).
 - overhead: allocator fragmentation, ``(factor - 1) * allocated`` with
   megatron-core's ``fragmentation_factor`` of heuristics/memory.yaml (shared
-  with training; a KV pool set at start is one allocation and leaves none),
+  with training; a KV pool set at start is one allocation and leaves none), or
+  the engine's own allocator's (``Engine.allocator_fragmentation``: a C++
+  engine that allocates exact sizes from the CUDA memory pool leaves none),
   plus the runtime's memory outside the allocator (``runtime_context_bytes``):
   the CUDA context and library workspaces of every GPU, and communicator
   buffers where the replica has peers (TP or PP > 1), as vLLM's memory profile
@@ -196,15 +198,24 @@ def kv_tokens_per_request(workload: InferenceWorkload, block_tokens: int | None,
     return float(np.ceil(held / block_tokens) * block_tokens)
 
 
+def allocator_fragmentation(engine=None) -> float:
+    """Device bytes per allocated byte: the engine's allocator's
+    (``Engine.allocator_fragmentation``), else megatron-core's caching
+    allocator's (heuristics/memory.yaml)."""
+    own = getattr(engine, "allocator_fragmentation", None)
+    return own if own is not None else load_constants().overhead_of(FRAMEWORK)[0]
+
+
 def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
                    activation_tokens, kv_tokens: float | None = None,
-                   pooled: bool = False) -> InferenceMemory:
+                   pooled: bool = False, engine=None) -> InferenceMemory:
     """Memory per GPU of every plan; ``activation_tokens``: tokens of the largest
     forward pass the latency model chose (array, one per plan); ``kv_tokens``:
     KV tokens per request (default the whole sequence). ``pooled``: the KV cache
     is a pool of a size its user set, allocated once at start in whole blocks,
-    so it leaves no fragments (the allocator's overhead is on the rest)."""
-    fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
+    so it leaves no fragments (the allocator's overhead is on the rest).
+    ``engine``: whose allocator (``allocator_fragmentation``)."""
+    fragmentation = allocator_fragmentation(engine)
     context_bytes = runtime_context_bytes(plans)
     tp = plans.tp.astype(float)
     weights = weights_bytes_per_gpu(model, plans.tp, plans.pp, workload.weight_bytes_per_value,
@@ -239,7 +250,8 @@ def _attention_outputs(model: ModelSpec, tp):
 
 
 def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
-                       activation_tokens, gpu: GPU, pool_tokens=None) -> np.ndarray:
+                       activation_tokens, gpu: GPU, pool_tokens=None,
+                       engine=None) -> np.ndarray:
     """KV-cache tokens each plan's replica has room for once its weights,
     activations and overheads are placed (0 when they alone do not fit): the
     pool a paged engine admits requests against. ``pool_tokens`` (a number or
@@ -248,9 +260,9 @@ def kv_capacity_tokens(model: ModelSpec, workload: InferenceWorkload, plans: Inf
     once and unfragmented (``memory_per_gpu`` ``pooled``): the capacity where
     the room left beside the rest holds it, 0 where it does not (the engine
     cannot allocate it and does not start)."""
-    fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
+    fragmentation = allocator_fragmentation(engine)
     context_bytes = runtime_context_bytes(plans)
-    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
+    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0, engine=engine)
     rest = fixed.weights_bytes + fixed.activation_bytes
     per_token = kv_bytes_per_token_per_gpu(model, plans.tp, plans.pp, workload.kv_bytes_per_value)
     if pool_tokens is None:
@@ -275,10 +287,10 @@ def pool_tokens(model: ModelSpec, workload: InferenceWorkload, plans: InferenceP
     rule = engine.kv_pool
     if rule is None or not engine.paged:
         return None
-    fragmentation, _ = load_constants().overhead_of(FRAMEWORK)
+    fragmentation = allocator_fragmentation(engine)
     total = usable_bytes(gpu)
     context = runtime_context_bytes(plans)
-    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0)
+    fixed = memory_per_gpu(model, workload, plans, activation_tokens, 0.0, engine=engine)
     weights = fixed.weights_bytes       # measured by the engine once loaded (module doc)
     loaded = weights + fragmentation * fixed.activation_bytes + context
     share = rule.share_of(total, engine.max_batched_tokens, plans.tp, plans.pp,

@@ -254,7 +254,8 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
                                       mode == "continuous", engine.kv_reserves_output)
     pool = pool_tokens(model, workload, plans, lat.activation_tokens, cluster.gpu, engine)
     held = _pool_held(pool, plans, kv_tokens)
-    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held, pool is not None)
+    mem = memory_per_gpu(model, workload, plans, lat.activation_tokens, held, pool is not None,
+                         engine=engine)
     fit = fits(mem, cluster.gpu)
     if pool is not None:                            # and the batch's cache within the pool
         fit = fit & (pool > 0) & (plans.batch * kv_tokens <= pool)
@@ -511,7 +512,8 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
     forward = jobs.activation_tokens(engine, workload, len(plans))
     pool = pool_tokens(model, workload, plans, forward, cluster.gpu, engine)
     held = _pool_held(pool, plans, runs["peak_kv_tokens"].to_numpy() / plans.batch)
-    mem = memory_per_gpu(model, workload, plans, forward, held, pool is not None)
+    mem = memory_per_gpu(model, workload, plans, forward, held, pool is not None,
+                         engine=engine)
     table["memory_gib"] = mem.total_bytes / 2**30
     table["kv_cache_gib"] = mem.kv_cache_bytes / 2**30
     return table
