@@ -134,7 +134,7 @@ def test_published_rows_carry_the_share_their_configs_set():
         0.95 * ask(row).tokens_per_s_per_gpu
 
 
-def test_an_engine_allocating_exact_sizes_pays_no_allocator_slack(tmp_path):
+def test_an_engine_allocating_exact_sizes_pays_no_allocator_slack(tmp_path, monkeypatch):
     """FasterTransformer takes its buffers at their sizes from the CUDA memory pool:
     its memory is what it allocates plus the runtime context, where a caching
     allocator's engine pays megatron-core's slack on top. GPT-3 20B at TP 1,
@@ -158,14 +158,7 @@ def test_an_engine_allocating_exact_sizes_pays_no_allocator_slack(tmp_path):
     assert predict(model, workload, plans, cluster, engine=ft).iloc[0].fits
     assert not predict(model, workload, plans, cluster, engine=caching).iloc[0].fits
     # an engine file cannot claim an allocator that returns memory
-    text = (engines.engines_dir() / "fastertransformer.yaml").read_text()
-    lines = ['allocator_fragmentation: {value: 0.9, source: "test"}'
-             if line.startswith("allocator_fragmentation:") else line
-             for line in text.splitlines()]
-    (tmp_path / "fastertransformer.yaml").write_text("\n".join(lines) + "\n")
-    engines._load.cache_clear()
-    try:
-        with pytest.raises(CatalogError, match="allocator_fragmentation"):
-            engines._load(str(tmp_path / "fastertransformer.yaml"))
-    finally:
-        engines._load.cache_clear()
+    from engine_files import load_with_field
+    with pytest.raises(CatalogError, match="allocator_fragmentation"):
+        load_with_field(tmp_path, monkeypatch, "fastertransformer", "allocator_fragmentation",
+                        "0.9")

@@ -79,17 +79,9 @@ def test_fastertransformer_runs_a_small_batch_through_the_stages_whole():
     "{decode: whole, prefill: sometimes}",
 ])
 def test_a_malformed_split_in_an_engine_file_is_named(tmp_path, monkeypatch, value):
-    text = (engines.engines_dir() / "fastertransformer.yaml").read_text()
-    lines = [f'pipeline_split: {{value: {value}, source: "test"}}'
-             if line.startswith("pipeline_split:") else line for line in text.splitlines()]
-    (tmp_path / "fastertransformer.yaml").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(engines, "engines_dir", lambda: tmp_path)
-    engines._load.cache_clear()
-    try:
-        with pytest.raises(CatalogError, match="pipeline_split"):
-            engines._load(str(tmp_path / "fastertransformer.yaml"))
-    finally:
-        engines._load.cache_clear()
+    from engine_files import load_with_field
+    with pytest.raises(CatalogError, match="pipeline_split"):
+        load_with_field(tmp_path, monkeypatch, "fastertransformer", "pipeline_split", value)
 
 
 def test_fastertransformer_fills_and_drains_the_pipeline_every_decode_step():
