@@ -19,6 +19,7 @@ from autoconfig.inference.published import ask, default_points_path, load_points
 from autoconfig.inference.search import Pins, search
 from autoconfig.training.memory import load_constants, usable_bytes
 from cli_runner import run_cli
+from engine_files import load_with_field
 
 MODEL = get_model("llama3-8b")
 GPU = get_gpu("h100-80gb")
@@ -158,7 +159,6 @@ def test_an_engine_allocating_exact_sizes_pays_no_allocator_slack(tmp_path, monk
     assert predict(model, workload, plans, cluster, engine=ft).iloc[0].fits
     assert not predict(model, workload, plans, cluster, engine=caching).iloc[0].fits
     # an engine file cannot claim an allocator that returns memory
-    from engine_files import load_with_field
     with pytest.raises(CatalogError, match="allocator_fragmentation"):
         load_with_field(tmp_path, monkeypatch, "fastertransformer", "allocator_fragmentation",
                         "0.9")

@@ -15,6 +15,7 @@ from autoconfig.inference.engine import PipelineSplit
 from autoconfig.inference.latency import decode_microbatches, prefill_microbatches
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
 from autoconfig.inference.search import predict
+from engine_files import load_with_field
 
 A100 = Cluster(get_gpu("a100-80gb"), 8, 8)
 GPT175 = get_model("gpt3", "175b")
@@ -79,7 +80,6 @@ def test_fastertransformer_runs_a_small_batch_through_the_stages_whole():
     "{decode: whole, prefill: sometimes}",
 ])
 def test_a_malformed_split_in_an_engine_file_is_named(tmp_path, monkeypatch, value):
-    from engine_files import load_with_field
     with pytest.raises(CatalogError, match="pipeline_split"):
         load_with_field(tmp_path, monkeypatch, "fastertransformer", "pipeline_split", value)
 

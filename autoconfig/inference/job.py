@@ -634,9 +634,11 @@ def step_seconds(model, workload, one, cluster, constants, engine, decode_seqs, 
     return pp * stage[0] + host_step_s(engine, np.asarray(prefill_tokens, dtype=float))
 
 
-def prompt_lag_s(seconds, pp: float, plan: Schedule, step_s: np.ndarray) -> np.ndarray:
+def prompt_lag_s(seconds, lanes: float, plan: Schedule, step_s: np.ndarray) -> np.ndarray:
     """Per segment: how much later than the end of its step a prompt finished in it
-    gives its first token, with ``pp`` pipeline stages.
+    gives its first token, with ``lanes`` micro-batches in flight over the
+    pipeline stages (``PipelineSplit.lanes``: the stage count ``pp`` for an
+    in-flight engine, 1 where each step passes whole).
 
     A step of a pipelined replica is a round of ``pp`` micro-batches, and its
     length (``step_seconds``, here ``step_s``) spreads the step's prompt tokens
@@ -649,13 +651,13 @@ def prompt_lag_s(seconds, pp: float, plan: Schedule, step_s: np.ndarray) -> np.n
     ``pp / k`` times the prompt tokens, less ``step_s``. One Llama 3 70B prompt of
     2,048 tokens on 4 H100s took 195 ms to its first token at TP 1 PP 4 against
     181 ms at TP 4, where the stages in turn take 570 ms (the static model's
-    GPipe fill). 0 without pipeline stages, and where each step is one pass of
-    the whole batch through them (``pp`` 1 here: ``PipelineSplit.lanes``)."""
-    if pp == 1:
+    GPipe fill). 0 with one lane: without pipeline stages, or where each step
+    is one pass of the whole batch through them."""
+    if lanes == 1:
         return np.zeros(len(plan.steps))
     prompts = np.maximum(np.asarray(plan.logits_rows, dtype=float)
                          - np.asarray(plan.decode_seqs, dtype=float), 1.0)
-    spread = pp / np.minimum(pp, prompts)
+    spread = lanes / np.minimum(lanes, prompts)
     lane = seconds(plan.decode_seqs, plan.decode_context,
                    np.asarray(plan.prefill_tokens, dtype=float) * spread,
                    plan.prefill_context, plan.logits_rows)

@@ -202,8 +202,9 @@ def allocator_fragmentation(engine=None) -> float:
     """Device bytes per allocated byte: the engine's allocator's
     (``Engine.allocator_fragmentation``), else megatron-core's caching
     allocator's (heuristics/memory.yaml)."""
-    own = getattr(engine, "allocator_fragmentation", None)
-    return own if own is not None else load_constants().overhead_of(FRAMEWORK)[0]
+    if engine is not None and engine.allocator_fragmentation is not None:
+        return engine.allocator_fragmentation
+    return load_constants().overhead_of(FRAMEWORK)[0]
 
 
 def memory_per_gpu(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
