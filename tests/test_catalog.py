@@ -115,7 +115,9 @@ def test_gpt_j_and_falcon_count_their_published_shapes() -> None:
     tied to the head; per layer query_key_value 4544 x 4672, dense 4544 x 4544,
     MLP 4544 x 18176 and back, one LayerNorm; final LayerNorm), to within the
     second norm a layer the model counts; Falcon-40B the same sum with its two
-    norms a layer; GPT-J within 0.1% of its model card's 6,053,381,344."""
+    norms a layer, and Falcon-180B (litgpt's transcription of its config: 80 layers
+    of 14848, 232 heads of 64, 8 KV groups); GPT-J within 0.1% of its model card's
+    6,053,381,344."""
     from autoconfig.core.catalog import get_model
     from autoconfig.core.model import total_params
     falcon7 = 65024 * 4544 + 32 * (4544 * 4672 + 4544 * 4544 + 2 * 4544 * 18176
@@ -124,5 +126,10 @@ def test_gpt_j_and_falcon_count_their_published_shapes() -> None:
     falcon40 = 65024 * 8192 + 60 * (8192 * (8192 + 2 * 8 * 64) + 8192 * 8192
                                     + 2 * 8192 * 32768 + 4 * 8192) + 2 * 8192
     assert total_params(get_model("falcon", "40b")) == falcon40
+    falcon180 = 65024 * 14848 + 80 * (14848 * (14848 + 2 * 8 * 64) + 14848 * 14848
+                                      + 2 * 14848 * 59392 + 4 * 14848) + 2 * 14848
+    assert total_params(get_model("falcon", "180b")) == falcon180
+    gpt89 = 51200 * 12288 + 2048 * 12288 + 48 * (12 * 12288 ** 2 + 13 * 12288) + 2 * 12288
+    assert total_params(get_model("gpt3", "89b")) == gpt89    # GPT-3 175B at half depth
     assert abs(total_params(get_model("gpt-j", "6b")) / 6_053_381_344 - 1) < 1e-3
     assert get_model("falcon-7b").num_kv_heads == 1     # multi-query
