@@ -445,3 +445,55 @@ def test_plot_is_written_when_matplotlib_is_there(tmp_path) -> None:
                     Cluster(get_gpu("h100-80gb"), 1, 8))
     files = report.write_report(result, tmp_path, top=5)
     assert files["plot"].stat().st_size > 1000
+
+
+def _part_sum(lat) -> np.ndarray:
+    from autoconfig.inference.latency import TPOT_PARTS
+    return sum(getattr(lat.tpot_parts, f"{name}_s") for name in TPOT_PARTS)
+
+
+@pytest.mark.parametrize("engine, mode", [("fastertransformer", "static"),
+                                          ("vllm", "continuous"), ("sglang", "continuous")])
+def test_tpot_parts_add_up_to_the_tpot(engine, mode) -> None:
+    """The parts a report shows are the model's own terms: over layouts with pipeline
+    stages and batches past the CUDA-graph cap they sum to each TPOT, none below 0;
+    an engine that runs prompts as forwards of their own (SGLang) has a share of them."""
+    model, cluster = get_model("llama3-70b"), Cluster(get_gpu("h100-80gb"), 1, 8)
+    plans = InferencePlanTable.from_plans([InferencePlan(tp, pp, b) for tp, pp in
+                                           ((8, 1), (4, 2), (2, 4)) for b in (1, 12, 600)])
+    lat = latency(model, InferenceWorkload(1024, 128), plans, cluster,
+                  engine=get_engine(engine), mode=mode)
+    assert _part_sum(lat) == pytest.approx(lat.tpot_s, rel=1e-9)
+    from autoconfig.inference.latency import TPOT_PARTS
+    assert all(np.all(getattr(lat.tpot_parts, f"{n}_s") >= 0) for n in TPOT_PARTS)
+    assert np.any(lat.tpot_parts.pipeline_send_s > 0)
+    forwards = lat.tpot_parts.prefill_forwards_s
+    assert np.all(forwards > 0) if engine == "sglang" else np.all(forwards == 0)
+
+
+def test_tpot_parts_show_why_tp8_decodes_slower_on_an_eager_ring() -> None:
+    """GPT-3 20B at batch 1 on FasterTransformer: TP 8 halves each GPU's weight
+    stream against TP 4, and its 2 x 44 ring all-reduces pay 14 hops where TP 4's
+    pay 6; the parts say which wins."""
+    model, cluster = get_model("gpt3-20b"), Cluster(get_gpu("a100-80gb"), 1, 8)
+    plans = InferencePlanTable.from_plans([InferencePlan(4, 1, 1), InferencePlan(8, 1, 1)])
+    parts = latency(model, InferenceWorkload(512, 32), plans, cluster, engine=FT).tpot_parts
+    assert parts.gemm_s[1] == pytest.approx(parts.gemm_s[0] / 2, rel=0.15)
+    assert parts.tp_allreduce_s[1] / parts.tp_allreduce_s[0] == pytest.approx(14 / 6, rel=0.1)
+
+
+def test_infer_reports_what_the_best_tpot_is_made_of(capsys, tmp_path) -> None:
+    args = ["infer", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "2",
+            "--input-len", "512", "--output-len", "64", "--engine", "vllm", "--no-plots"]
+    code, out, err = run_cli(args + ["-o", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("TPOT of #1"))
+    assert "GEMMs" in line and "attention" in line
+    code, out, err = run_cli(args + ["--format", "json", "-o", str(tmp_path / "b")], capsys)
+    best = json.loads(out)["plans"][0]
+    parts = [v for k, v in best.items() if k.startswith("tpot_") and k != "tpot_ms"]
+    assert len(parts) == 9 and sum(parts) == pytest.approx(best["tpot_ms"], rel=1e-6)
+    # A job's TPOT is simulated step by step: no parts, no line.
+    code, out, err = run_cli(args + ["--num-requests", "20", "-o", str(tmp_path / "c")], capsys)
+    assert code == 0, err
+    assert "TPOT of #1" not in out

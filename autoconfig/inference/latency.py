@@ -199,8 +199,13 @@ class InferenceLatency:
     decode_microbatches: np.ndarray
     activation_tokens: np.ndarray
     """Tokens of the largest forward pass a GPU runs (sets the activation memory)."""
-    decode_tp_comm_s: np.ndarray
-    """TP all-reduce seconds inside one decode step (for reports)."""
+    tpot_parts: "TpotParts"
+    """TPOT by part (for reports)."""
+
+    @property
+    def decode_tp_comm_s(self) -> np.ndarray:
+        """TP all-reduce seconds of a token's decode step(s)."""
+        return self.tpot_parts.tp_allreduce_s
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,74 @@ class StepLoad:
     """Where the load is an average over steps (steady state): the share of them
     that carry prompt tokens, the rest decoding only; None: every step carries
     ``prefill_tokens``. It decides how many launch through the engine's graphs."""
+
+
+@dataclass(frozen=True)
+class StageParts:
+    """One engine step of one pipeline stage by what takes its time (seconds,
+    arrays broadcast like the load): the terms of ``stage_seconds``. The GPU runs
+    them one after another; ``seconds`` is the step, the larger of that sum and
+    the host's launches, so ``host_launch_s`` is what the host adds where it
+    cannot keep up."""
+
+    gemm_s: np.ndarray
+    """Weight and logits GEMMs (compute or weight stream, whichever binds)."""
+    attention_s: np.ndarray
+    """Attention cores: the prompts' FLOPs and the decodes' KV-cache reads."""
+    tp_allreduce_s: np.ndarray
+    pipeline_send_s: np.ndarray
+    expert_dispatch_s: np.ndarray
+    small_kernels_s: np.ndarray
+    """Kernel floors, norms and activations, unfused attention's score traffic."""
+    seconds: np.ndarray
+
+    @property
+    def host_launch_s(self) -> np.ndarray:
+        gpu = (self.gemm_s + self.attention_s + self.tp_allreduce_s + self.pipeline_send_s
+               + self.expert_dispatch_s + self.small_kernels_s)
+        return np.maximum(self.seconds - gpu, 0.0)
+
+
+TPOT_PARTS = ("gemm", "attention", "tp_allreduce", "pipeline_send", "expert_dispatch",
+              "small_kernels", "host_launch", "engine_overhead", "prefill_forwards")
+"""What a token's time (TPOT) is made of, in the order reports list it; each
+``TpotParts`` field is one with ``_s`` appended."""
+
+
+@dataclass(frozen=True)
+class TpotParts:
+    """Each plan's TPOT by part (seconds, one entry per plan), summing to it: the
+    decode step's ``StageParts`` times the stage passes a token takes, the engine's
+    host time a step, and, where prompts run as forwards of their own, their share
+    of a token's time."""
+
+    gemm_s: np.ndarray
+    attention_s: np.ndarray
+    tp_allreduce_s: np.ndarray
+    pipeline_send_s: np.ndarray
+    expert_dispatch_s: np.ndarray
+    small_kernels_s: np.ndarray
+    host_launch_s: np.ndarray
+    engine_overhead_s: np.ndarray
+    prefill_forwards_s: np.ndarray
+
+
+def _tpot_parts(parts: StageParts, passes, pick, overhead, prefill_forwards) -> TpotParts:
+    """``TpotParts`` of a decode step's ``parts`` crossed ``passes`` times a token,
+    each array reduced to one entry per plan by ``pick``."""
+    def per_plan(x):
+        return pick(np.broadcast_to(passes * x, np.shape(parts.seconds)))
+    rows = np.shape(pick(np.asarray(parts.seconds)))
+    return TpotParts(
+        gemm_s=per_plan(parts.gemm_s), attention_s=per_plan(parts.attention_s),
+        tp_allreduce_s=per_plan(parts.tp_allreduce_s),
+        pipeline_send_s=per_plan(parts.pipeline_send_s),
+        expert_dispatch_s=per_plan(parts.expert_dispatch_s),
+        small_kernels_s=per_plan(parts.small_kernels_s),
+        host_launch_s=per_plan(parts.host_launch_s),
+        engine_overhead_s=np.broadcast_to(np.asarray(overhead, dtype=float), rows).copy(),
+        prefill_forwards_s=np.broadcast_to(np.asarray(prefill_forwards, dtype=float),
+                                           rows).copy())
 
 
 def attended_keys(model: ModelSpec, decode_context, prefill_context):
@@ -287,6 +360,14 @@ def _gemms_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer) -> tupl
 def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
                   cluster: Cluster, c: PerfConstants, engine: Engine, load: StepLoad) -> tuple:
     """(seconds of one engine step of one stage, its tp-comm part): the module doc's t_stage."""
+    parts = stage_parts(model, workload, plans, cluster, c, engine, load)
+    return parts.seconds, parts.tp_allreduce_s
+
+
+def stage_parts(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanTable,
+                cluster: Cluster, c: PerfConstants, engine: Engine,
+                load: StepLoad) -> StageParts:
+    """One engine step of one stage by part (``StageParts``): the module doc's t_stage."""
     gpu = cluster.gpu
     tp = plans.tp.astype(float)[:, None]
     pp = plans.pp.astype(float)[:, None]
@@ -366,7 +447,10 @@ def stage_seconds(model: ModelSpec, workload: InferenceWorkload, plans: Inferenc
         prefilling = np.asarray(load.prefill_step_share, dtype=float)
         per_kernel = prefilling * per_kernel + (1.0 - prefilling) * engine.launch_s(tp, n_d, 0.0)
     launches = step_kernels(model, engine, pp, plans.ep.astype(float)[:, None]) * per_kernel
-    return np.maximum(gpu_s, launches), tp_comm
+    return StageParts(gemm_s=gemms, attention_s=attention, tp_allreduce_s=tp_comm,
+                      pipeline_send_s=p2p, expert_dispatch_s=ep_comm,
+                      small_kernels_s=score_traffic + layers * (floor + elementwise),
+                      seconds=np.maximum(gpu_s, launches))
 
 
 def _fused_allreduce_hidden_s(model: ModelSpec, tp, decode_tokens, prefill_tokens, timer,
@@ -549,9 +633,10 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     prefill_m = m_prefill[rows, best_prefill]
 
     m_decode = decode_microbatches(split, batch, pp[:, 0], s_in, prefill_m)
-    decode_stage, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+    decode_parts = stage_parts(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=batch[:, None] / m_decode, decode_context=s_in + s_out / 2.0,
         prefill_tokens=0.0, prefill_context=0.0, logits_rows=batch[:, None] / m_decode))
+    decode_stage = decode_parts.seconds
     passes = split.decode_stage_passes(m_decode, pp)
     decode = np.where(np.isnan(m_decode), np.inf, passes * decode_stage + overhead)
     best_decode = np.argmin(decode, axis=1)
@@ -563,8 +648,8 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
         prefill_microbatches=prefill_m, decode_microbatches=m_decode[rows, best_decode],
         activation_tokens=_largest_pass(engine, requests[rows, best_prefill] * s_in),
-        decode_tp_comm_s=np.broadcast_to(tp_comm, m_decode.shape)[rows, best_decode]
-        * np.broadcast_to(passes, m_decode.shape)[rows, best_decode])
+        tpot_parts=_tpot_parts(decode_parts, passes, lambda x: x[rows, best_decode],
+                               overhead, 0.0))
 
 
 def _candidates(batch: np.ndarray, pp: np.ndarray) -> np.ndarray:
@@ -753,13 +838,15 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         np.minimum(space, float(s_in))
     # Each step starts running / s_out prompts, each over ceil(s_in / chunk) steps:
     # below one such step in every step, the others decode alone.
-    step, tp_comm = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
+    step_parts = stage_parts(model, workload, plans, cluster, c, engine, StepLoad(
         decode_seqs=running, decode_context=context,
         prefill_tokens=prompt_share if mixed else none,
         prefill_context=s_in / 2.0, logits_rows=running,
         prefill_step_share=np.minimum(running / s_out * np.ceil(s_in / chunk), 1.0)))
+    step = step_parts.seconds
     decode = pp * step + engine.decode_step_overhead_s
     tpot = decode
+    forwards = np.zeros_like(running)        # prompts' own forwards, a token's share
     k = engine.decode_steps
     arriving = k * running / s_out          # prompts one admission interval gathers
     if not mixed:
@@ -769,7 +856,8 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
             prefill_tokens=np.maximum(arriving, 1.0) * s_in, prefill_context=s_in / 2.0,
             logits_rows=np.maximum(arriving, 1.0)))
         forward = pp * alone + overhead
-        tpot = tpot + np.minimum(arriving, 1.0) / k * forward
+        forwards = np.minimum(arriving, 1.0) / k * forward
+        tpot = tpot + forwards
     full, room, tokens = prompt_window(s_in, arriving, budget, beside)
     prompts = tokens / s_in
     chunk_step, _ = stage_seconds(model, workload, plans, cluster, c, engine, StepLoad(
@@ -841,4 +929,5 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         prefill_microbatches=lanes[:, 0], decode_microbatches=lanes[:, 0],
         activation_tokens=(running + np.maximum(prompt_share,
                                                 np.where(full > 0, room, tokens)))[:, 0],
-        decode_tp_comm_s=(pp * tp_comm)[:, 0])
+        tpot_parts=_tpot_parts(step_parts, pp, lambda x: x[:, 0],
+                               engine.decode_step_overhead_s, forwards[:, 0]))

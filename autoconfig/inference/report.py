@@ -183,6 +183,27 @@ def graph_line(result: InferenceSearchResult) -> str:
             "graph batch (--cuda-graph-max-batch) holds more memory for graphs")
 
 
+PART_LABELS = {"gemm": "GEMMs", "attention": "attention", "tp_allreduce": "TP all-reduce",
+               "pipeline_send": "pipeline sends", "expert_dispatch": "expert dispatch",
+               "small_kernels": "small kernels", "host_launch": "host launches",
+               "engine_overhead": "engine host time", "prefill_forwards": "prompt forwards"}
+"""How ``tpot_line`` names each of ``autoconfig.inference.latency.TPOT_PARTS``."""
+
+
+def tpot_line(result: InferenceSearchResult) -> str:
+    """What the best layout's TPOT is made of, largest part first (the
+    ``tpot_<part>_ms`` columns), or '' where its TPOT is a simulated job's."""
+    if result.table.empty or "tpot_gemm_ms" not in result.table:
+        return ""
+    best = result.table.iloc[0]
+    parts = [(float(best[f"tpot_{name}_ms"]), label) for name, label in PART_LABELS.items()]
+    if any(math.isnan(ms) for ms, _ in parts):
+        return ""
+    shown = ", ".join(f"{label} {ms:.3g}" for ms, label in sorted(parts, reverse=True)
+                      if ms >= 0.0005 * float(best.tpot_ms))
+    return f"TPOT of #1, {float(best.tpot_ms):.4g} ms: {shown}"
+
+
 def notes(result: InferenceSearchResult) -> list[str]:
     """The warnings printed under the table (load, CUDA graphs)."""
     return [line for line in (load_line(result), graph_line(result)) if line]
@@ -228,10 +249,10 @@ def rejection_lines(result: InferenceSearchResult) -> list[str]:
 
 
 def render(result: InferenceSearchResult, top: int) -> str:
-    warnings = notes(result)
+    lines = [line for line in (tpot_line(result), *notes(result)) if line]
     return "\n".join([headline(result), "",
                       tabulate(top_rows(result, top), headers=top_headers(result)), ""]
-                     + ([*warnings, ""] if warnings else []) + rejection_lines(result))
+                     + ([*lines, ""] if lines else []) + rejection_lines(result))
 
 
 def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
@@ -276,7 +297,7 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
 
 
 def markdown(result: InferenceSearchResult, top: int) -> str:
-    warnings = notes(result)
+    warnings = [line for line in (tpot_line(result), *notes(result)) if line]
     front = result.table[result.table["pareto"]].sort_values("latency_ms")
     front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.5g}",
                    f"{r.tokens_per_s_per_gpu:.4g}") for r in front.itertuples(index=False)]
