@@ -178,7 +178,9 @@ def test_disaggregated_serving_that_cannot_be_laid_out_is_said(capsys, tmp_path)
     (["--concurrency", "64", "--max-batch", "8"], "--max-batch bounds the batches"),
     (["--batch", "4", "--max-batch", "8"], "--max-batch bounds the batches"),
     (["--tp", "3"], "invalid --tp 3"),
-    (["--pp", "7"], "invalid --pp 7"),
+    (["--pp", "81"], "invalid --pp 81: it must be at most the 80 layers"),
+    (["--engine", "megatron-core", "--pp", "3"],
+     "invalid --pp 3: megatron-core needs it to divide the 80 layers"),
     (["--ep", "2"], "invalid --ep 2: llama3-70b has no experts"),
     (["--batch", "0"], "--batch"),
     (["--request-rate", "-1", "--batching", "continuous"], "--request-rate"),
@@ -223,3 +225,64 @@ def test_an_expert_parallel_pin_keeps_the_layout_as_run(capsys, tmp_path) -> Non
     points = load_points(default_points_path())
     row = next(points[points["point_id"] == "J005"].itertuples())
     assert ask(row._replace(num_requests=800)).ep == 1
+
+
+def test_engines_deal_layers_to_stages_their_own_way() -> None:
+    """vLLM, SGLang and TensorRT-LLM give each stage the floor or ceil of L/pp,
+    FasterTransformer ceil(L/pp) and the rest to the last stage, megatron-core
+    needs pp to divide L (each engine file's ``pipeline_layers``)."""
+    get = engines.get_engine
+    assert get("vllm").splits_layers(61, 2) and get("sglang").splits_layers(126, 4)
+    assert get("tensorrt-llm").splits_layers(105, 8) and not get("vllm").splits_layers(61, 62)
+    assert not get("megatron-core").splits_layers(61, 2)
+    assert get("megatron-core").splits_layers(60, 2)
+    ft = get("fastertransformer")
+    assert ft.splits_layers(10, 4)              # 3, 3, 3, 1
+    assert not ft.splits_layers(9, 4)           # 3, 3, 3 and nothing for the last stage
+    assert not get("lmdeploy").splits_layers(80, 2)     # no pipeline parallelism
+
+
+def test_the_heaviest_stage_sets_step_time_and_memory() -> None:
+    """81 layers over 2 stages run as 41 and 40: the 41-layer stage paces every
+    step and fills its GPUs, as an 82-layer model's even stages would, and
+    costs more than 80 layers' 40."""
+    import dataclasses
+    base, cluster = get_model("llama3-8b"), Cluster(get_gpu("h100"), 1, 8)
+    plans = InferencePlanTable.from_plans([InferencePlan(1, 2, 8)])
+    engine = engines.get_engine("vllm")
+
+    def served(layers):
+        model = dataclasses.replace(base, num_layers=layers)
+        row = predict(model, InferenceWorkload(512, 64), plans, cluster, engine=engine,
+                      mode="continuous").iloc[0]
+        return row.tpot_ms, row.weights_gib
+    assert served(81) == pytest.approx(served(82), rel=1e-12)
+    assert served(81)[0] > served(80)[0] and served(81)[1] > served(80)[1]
+
+
+def test_a_pipeline_that_does_not_divide_the_layers_is_served(capsys, tmp_path) -> None:
+    """Llama 3.1 405B's 126 layers on 4 stages (32, 32, 31, 31 on vLLM) are served
+    where the engine deals them unevenly, refused where it cannot."""
+    args = ["infer", "--model", "llama3", "--size", "405b", "--gpu", "h100", "--gpus", "16",
+            "--input-len", "1024", "--output-len", "128", "--precision", "fp8",
+            "--no-plots", "--format", "json"]
+    code, out, err = run_cli(args + ["--engine", "vllm", "--tp", "4", "--pp", "4",
+                                     "-o", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert {p["pp"] for p in json.loads(out)["plans"]} == {4}
+    code, _, err = run_cli(args + ["--engine", "megatron-core", "--tp", "4", "--pp", "4",
+                                   "-o", str(tmp_path / "c")], capsys)
+    assert code == 2 and "megatron-core needs it to divide the 126 layers" in err
+
+
+def search_pp(model, max_pp: int, engine: str) -> list[int]:
+    from autoconfig.inference.search import pp_choices
+    return pp_choices(model, max_pp, engines.get_engine(engine))
+
+
+def test_uneven_pipelines_join_the_search_on_engines_that_run_them() -> None:
+    deepseek = get_model("deepseek-v3")                     # 61 layers, a prime
+    assert search_pp(deepseek, 8, "vllm") == [1, 2, 4, 8]
+    assert search_pp(deepseek, 8, "megatron-core") == [1]
+    assert search_pp(get_model("llama3-70b"), 8, "vllm") == [1, 2, 4, 5, 8]
+    assert search_pp(get_model("llama3-405b"), 16, "vllm") == [1, 2, 3, 4, 6, 7, 8, 9, 14, 16]

@@ -55,6 +55,11 @@ class NewTokenRatio:
         return (self.initial - self.minimum) / self.decay_steps
 
 
+LAYER_SPLITS = ("even", "balanced", "ceil")
+"""How an engine deals a model's layers to its pipeline stages
+(``Engine.pipeline_layers``): ``even``, L/pp each, so pp must divide L;
+``balanced``, floor or ceil of L/pp each, any pp up to L; ``ceil``, ceil(L/pp)
+each and the rest to the last stage, which must keep a layer."""
 DECODE_SPLITS = ("chosen", "per_stage", "threshold", "whole")
 PREFILL_SPLITS = ("chosen", "per_stage", "whole")
 
@@ -219,6 +224,8 @@ class Engine:
     """Fraction of HBM bandwidth the decode attention kernel reaches reading the KV cache."""
     quantisations: tuple[str, ...]
     pipeline_parallel: bool
+    pipeline_layers: str
+    """How its pipeline stages share the layers (``LAYER_SPLITS``)."""
     tensor_parallel_across_nodes: bool
     disaggregated_prefill: bool
     sources: dict
@@ -313,6 +320,19 @@ class Engine:
         their share of a dense operator's host time."""
         extra, per_expert, share = self.moe_kernels
         return self.kernels_for(model) + extra + per_expert * share * np.asarray(local_experts)
+
+    def splits_layers(self, num_layers: int, pp: int) -> bool:
+        """Whether the engine runs ``num_layers`` layers over ``pp`` pipeline
+        stages (``pipeline_layers``)."""
+        if pp == 1:
+            return True
+        if not self.pipeline_parallel or pp > num_layers:
+            return False
+        if self.pipeline_layers == "even":
+            return num_layers % pp == 0
+        if self.pipeline_layers == "ceil":
+            return (pp - 1) * -(-num_layers // pp) < num_layers
+        return True
 
     def graph_max_seqs(self, tp):
         """Largest decode batch replayed as a CUDA graph at TP ``tp`` (arrays
@@ -491,6 +511,8 @@ def _load(path_text: str) -> Engine:
             _value(data, "decode_attention_hbm_efficiency", path, src, num)),
         quantisations=tuple(str(q) for q in quant),
         pipeline_parallel=bool(_value(data, "pipeline_parallel", path, src, (bool,))),
+        pipeline_layers=_choice(_value(data, "pipeline_layers", path, src, (str,)),
+                                LAYER_SPLITS, "pipeline_layers", path),
         tensor_parallel_across_nodes=bool(
             _value(data, "tensor_parallel_across_nodes", path, src, (bool,))),
         disaggregated_prefill=bool(_value(data, "disaggregated_prefill", path, src, (bool,))),

@@ -174,7 +174,7 @@ from autoconfig.inference.engine import Engine, fp8_prompt_attention, get_engine
 from autoconfig.inference.memory import (ACTIVATION_BYTES, expert_bytes_per_gpu,
                                          kv_bytes_per_token_per_gpu, moe_layer_share,
                                          per_layer_mean, weights_bytes_per_gpu)
-from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
+from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload, stage_layers
 from autoconfig.training.fp8 import quantised_gemm
 from autoconfig.training.step_time import (BF16_BYTES, PerfConstants, _layer_gemms,
                                            _linear_gemm, gemm_time_s, load_constants)
@@ -371,7 +371,7 @@ def stage_parts(model: ModelSpec, workload: InferenceWorkload, plans: InferenceP
     gpu = cluster.gpu
     tp = plans.tp.astype(float)[:, None]
     pp = plans.pp.astype(float)[:, None]
-    layers = model.num_layers / pp
+    layers = stage_layers(model.num_layers, pp)
     n_d = np.asarray(load.decode_seqs, dtype=float)
     n_p = np.asarray(load.prefill_tokens, dtype=float)
     tokens = n_d + n_p
@@ -473,7 +473,7 @@ def step_kernels(model: ModelSpec, engine: Engine, pp, ep):
     if model.is_moe:
         kernels = per_layer_mean(model, kernels,
                                  engine.moe_layer_kernels(model, model.num_experts / ep))
-    return model.num_layers / pp * kernels + 1.0
+    return stage_layers(model.num_layers, pp) * kernels + 1.0
 
 
 def _elementwise_excess_s(model: ModelSpec, tp, tokens, seconds_per_value: float):

@@ -61,7 +61,7 @@ import numpy as np
 
 from autoconfig.core.hardware import GPU
 from autoconfig.core.model import ModelSpec, attention_linears, expert_params
-from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload
+from autoconfig.inference.plan import InferencePlanTable, InferenceWorkload, stage_layers
 from autoconfig.core.plan import stage_kind_columns
 from autoconfig.inference.constants import inference_constant
 from autoconfig.training.memory import load_constants, stage_params, usable_bytes
@@ -114,7 +114,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float)
     per token and layer, kv_lora + rope values, for all heads at once (DeepSeek-V2
     arXiv 2405.04434 Sec. 2.1.2, Table 1: (d_c + d_h^R) l elements per token), so
     every TP rank holds all of it."""
-    layers = model.num_layers / np.asarray(pp, dtype=float)
+    layers = stage_layers(model.num_layers, pp)
     if model.attention_kind == "mla":
         latent = model.kv_lora_rank + model.qk_rope_head_dim
         return layers * latent * bytes_per_value + 0.0 * np.asarray(tp, dtype=float)
@@ -147,10 +147,13 @@ def _weights_bytes_cached(model: ModelSpec, columns: tuple, shape: tuple,
 
 
 def _weights_bytes(model: ModelSpec, tp, pp, bytes_per_value: float, ep) -> np.ndarray:
-    layers, single = model.num_layers / pp, pp == 1
+    layers, single = stage_layers(model.num_layers, pp), pp == 1
     experts = {}
     if model.is_moe:
-        kinds = stage_kind_columns(model, pp, 0, 0)
+        # Uneven stages: the heaviest at either end, where the embedding and the
+        # output layer also sit (each end taken on its own).
+        heavy = np.where(model.num_layers % pp == 0, 0, layers).astype(np.int64)
+        kinds = stage_kind_columns(model, pp, heavy, heavy)
         experts = {"ep": ep, "etp": expert_tp(tp, ep)}
     params = np.maximum(
         stage_params(model, tp, layers, "first", single,
@@ -178,7 +181,7 @@ def expert_bytes_per_gpu(model: ModelSpec, tp, pp, bytes_per_value: float, ep=1)
     """Routed-expert weights of the heavier stage on one GPU (0 for dense models)."""
     if not model.is_moe:
         return 0.0 * np.asarray(tp, dtype=float)
-    layers = model.num_layers / np.asarray(pp, dtype=float)
+    layers = stage_layers(model.num_layers, pp)
     local = model.num_experts / np.asarray(ep, dtype=float) / expert_tp(tp, ep)
     return layers * moe_layer_share(model) * local * expert_params(model) * bytes_per_value
 

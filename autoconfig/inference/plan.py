@@ -153,3 +153,12 @@ class InferencePlanTable:
 
     def take(self, index) -> "InferencePlanTable":
         return InferencePlanTable(**{name: getattr(self, name)[index] for name in PLAN_FIELDS})
+
+
+def stage_layers(num_layers: int, pp):
+    """Layers of a plan's heaviest pipeline stage (arrays allowed): ceil(L / pp).
+    It sets a stage's step time and a GPU's weights and KV cache; where pp
+    divides L every stage holds L / pp, and an engine that deals the rest
+    unevenly (``Engine.pipeline_layers``) gives some stages one layer less,
+    or the last fewer (FasterTransformer), so they wait on the heaviest."""
+    return np.ceil(num_layers / np.asarray(pp, dtype=float))

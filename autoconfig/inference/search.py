@@ -146,8 +146,13 @@ def ep_choices(model: ModelSpec, tp: int, replicas: int) -> list[int]:
                         if e > 1 and e % tp == 0 and stage_gpus % e == 0)
 
 
-def pp_choices(model: ModelSpec, max_pp: int) -> list[int]:
-    return [p for p in range(1, min(model.num_layers, max_pp) + 1) if model.num_layers % p == 0]
+def pp_choices(model: ModelSpec, max_pp: int, engine: Engine) -> list[int]:
+    """Pipeline depths searched: those dividing the layers, and the powers of two
+    an engine that deals layers unevenly runs (``Engine.splits_layers``), up to
+    ``max_pp``."""
+    return [p for p in range(1, min(model.num_layers, max_pp) + 1)
+            if (model.num_layers % p == 0 or p & (p - 1) == 0)
+            and engine.splits_layers(model.num_layers, p)]
 
 
 def concurrency_grid(top: int) -> list[int]:
@@ -207,12 +212,17 @@ def _check_pins(model: ModelSpec, cluster: Cluster, pins: Pins, engine: Engine) 
                          f"{','.join(map(str, pins.tp))}: EP must be 1 or a multiple of TP "
                          "(an expert-parallel group is made of whole tensor-parallel groups)")
     for pp in pins.pp:
-        if model.num_layers % pp:
-            raise InputError(f"invalid --pp {pp}: must divide the {model.num_layers} layers "
-                             f"of {model.name}")
         if pp > 1 and not engine.pipeline_parallel:
             raise InputError(f"invalid --pp {pp}: engine {engine.name} has no pipeline "
                              "parallelism; use --pp 1")
+        if not engine.splits_layers(model.num_layers, pp):
+            layers = model.num_layers
+            rule = {"even": f"{engine.name} needs it to divide",
+                    "balanced": "it must be at most",
+                    "ceil": f"{engine.name} gives each stage ceil({layers}/{pp}) layers and "
+                            "the last what remains, so it must leave that stage one of"}
+            how = rule["balanced" if pp > layers else engine.pipeline_layers]
+            raise InputError(f"invalid --pp {pp}: {how} the {layers} layers of {model.name}")
 
 
 def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int | None,
@@ -228,8 +238,7 @@ def candidate_table(model: ModelSpec, cluster: Cluster, max_batch: int | None,
     tps = list(pins.tp) or tp_choices(model, cluster, engine.tensor_parallel_across_nodes)
     plans = []
     for t in tps:
-        pps = list(pins.pp) or (pp_choices(model, gpus // t) if engine.pipeline_parallel
-                                else [1])
+        pps = list(pins.pp) or pp_choices(model, gpus // t, engine)
         for p in pps:
             if t * p > gpus:
                 continue
