@@ -469,6 +469,24 @@ def test_tpot_parts_add_up_to_the_tpot(engine, mode) -> None:
     assert np.any(lat.tpot_parts.pipeline_send_s > 0)
     forwards = lat.tpot_parts.prefill_forwards_s
     assert np.all(forwards > 0) if engine == "sglang" else np.all(forwards == 0)
+    from autoconfig.inference.latency import TTFT_PARTS
+    ttft = sum(getattr(lat.ttft_parts, f"{name}_s") for name in TTFT_PARTS)
+    assert ttft == pytest.approx(lat.ttft_s, rel=1e-9)
+    assert all(np.all(getattr(lat.ttft_parts, f"{n}_s") >= 0) for n in TTFT_PARTS)
+    waits = lat.ttft_parts.waiting_s
+    assert np.all(waits == 0) if mode == "static" else np.all(waits > 0)
+
+
+def test_ttft_counts_the_decode_step_that_samples_the_first_token() -> None:
+    """TurboMind 0.1 prefilled a token short and sampled the first token in the
+    next decode step: that step is a part of its TTFT, as it is of no engine
+    that samples in the prefill."""
+    model, cluster = get_model("llama2-7b"), Cluster(get_gpu("a100-80gb"), 1, 1)
+    plans = InferencePlanTable.from_plans([InferencePlan(1, 1, 16)])
+    for name, sampled_late in (("lmdeploy-0.1", True), ("lmdeploy", False)):
+        lat = latency(model, InferenceWorkload(2048, 256), plans, cluster,
+                      engine=get_engine(name), mode="continuous")
+        assert (lat.ttft_parts.first_decode_s[0] > 0) == sampled_late
 
 
 def test_tpot_parts_show_why_tp8_decodes_slower_on_an_eager_ring() -> None:
@@ -482,18 +500,22 @@ def test_tpot_parts_show_why_tp8_decodes_slower_on_an_eager_ring() -> None:
     assert parts.tp_allreduce_s[1] / parts.tp_allreduce_s[0] == pytest.approx(14 / 6, rel=0.1)
 
 
-def test_infer_reports_what_the_best_tpot_is_made_of(capsys, tmp_path) -> None:
+def test_infer_reports_what_the_best_ttft_and_tpot_are_made_of(capsys, tmp_path) -> None:
     args = ["infer", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "2",
             "--input-len", "512", "--output-len", "64", "--engine", "vllm", "--no-plots"]
     code, out, err = run_cli(args + ["-o", str(tmp_path / "a")], capsys)
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("TPOT of #1"))
     assert "GEMMs" in line and "attention" in line
+    assert any(x.startswith("TTFT of #1") and "its prompt's steps" in x
+               for x in out.splitlines())
     code, out, err = run_cli(args + ["--format", "json", "-o", str(tmp_path / "b")], capsys)
     best = json.loads(out)["plans"][0]
     parts = [v for k, v in best.items() if k.startswith("tpot_") and k != "tpot_ms"]
     assert len(parts) == 9 and sum(parts) == pytest.approx(best["tpot_ms"], rel=1e-6)
+    parts = [v for k, v in best.items() if k.startswith("ttft_") and k != "ttft_ms"]
+    assert len(parts) == 4 and sum(parts) == pytest.approx(best["ttft_ms"], rel=1e-6)
     # A job's TPOT is simulated step by step: no parts, no line.
     code, out, err = run_cli(args + ["--num-requests", "20", "-o", str(tmp_path / "c")], capsys)
     assert code == 0, err
-    assert "TPOT of #1" not in out
+    assert "TPOT of #1" not in out and "TTFT of #1" not in out

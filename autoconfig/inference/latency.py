@@ -201,6 +201,8 @@ class InferenceLatency:
     """Tokens of the largest forward pass a GPU runs (sets the activation memory)."""
     tpot_parts: "TpotParts"
     """TPOT by part (for reports)."""
+    ttft_parts: "TtftParts"
+    """TTFT by part (for reports)."""
 
     @property
     def decode_tp_comm_s(self) -> np.ndarray:
@@ -271,6 +273,28 @@ class TpotParts:
     host_launch_s: np.ndarray
     engine_overhead_s: np.ndarray
     prefill_forwards_s: np.ndarray
+
+
+TTFT_PARTS = ("waiting", "prefill", "queueing", "first_decode")
+"""What the time to a request's first token is made of, in report order; each
+``TtftParts`` field is one with ``_s`` appended."""
+
+
+@dataclass(frozen=True)
+class TtftParts:
+    """Each plan's TTFT by part (seconds, one entry per plan), summing to it."""
+
+    waiting_s: np.ndarray
+    """For the steps under way when the request arrives (half a run on average),
+    and under an overlap scheduler the step already built."""
+    prefill_s: np.ndarray
+    """The steps that run its prompt (a static batch's whole prefill)."""
+    queueing_s: np.ndarray
+    """Behind prompts that arrived before it: Poisson bursts, or the queue for a
+    token budget the prompts outgrow."""
+    first_decode_s: np.ndarray
+    """The decode step that samples the first token, where the engine's prefill
+    stops a token short (``Engine.prefill_samples_first_token`` false)."""
 
 
 def _tpot_parts(parts: StageParts, passes, pick, overhead, prefill_forwards) -> TpotParts:
@@ -643,13 +667,16 @@ def _static(model, workload, plans, cluster, c, engine) -> InferenceLatency:
     tpot = decode[rows, best_decode]
     # An engine whose prefill stops a token short samples the first token in the
     # first decode step.
-    ttft = prefill[rows, best_prefill] + (0.0 if engine.prefill_samples_first_token else tpot)
+    first = np.zeros_like(tpot) if engine.prefill_samples_first_token else tpot
+    ttft = prefill[rows, best_prefill] + first
     return InferenceLatency(
         ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
         prefill_microbatches=prefill_m, decode_microbatches=m_decode[rows, best_decode],
         activation_tokens=_largest_pass(engine, requests[rows, best_prefill] * s_in),
         tpot_parts=_tpot_parts(decode_parts, passes, lambda x: x[rows, best_decode],
-                               overhead, 0.0))
+                               overhead, 0.0),
+        ttft_parts=TtftParts(waiting_s=np.zeros_like(ttft), prefill_s=ttft - first,
+                             queueing_s=np.zeros_like(ttft), first_decode_s=first))
 
 
 def _candidates(batch: np.ndarray, pp: np.ndarray) -> np.ndarray:
@@ -921,8 +948,12 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
             queue = cv2 * prompt_queue_s(s_in / per_step * service, arrivals_per_s)
         bursts = np.where(capped, queue, bursts)
     ttft = ttft + bursts
+    waiting = np.broadcast_to(wait, ttft.shape)
+    prompt_steps = ttft - bursts - waiting
+    first = np.zeros_like(ttft)
     if not engine.prefill_samples_first_token:      # then the decode step that samples it
-        ttft = ttft + pp * step + engine.decode_step_overhead_s
+        first = first + pp * step + engine.decode_step_overhead_s
+        ttft = ttft + first
     ttft, tpot = ttft[:, 0], tpot[:, 0]
     return InferenceLatency(
         ttft_s=ttft, tpot_s=tpot, latency_s=ttft + (s_out - 1) * tpot,
@@ -930,4 +961,7 @@ def _continuous(model, workload, plans, cluster, c, engine) -> InferenceLatency:
         activation_tokens=(running + np.maximum(prompt_share,
                                                 np.where(full > 0, room, tokens)))[:, 0],
         tpot_parts=_tpot_parts(step_parts, pp, lambda x: x[:, 0],
-                               engine.decode_step_overhead_s, forwards[:, 0]))
+                               engine.decode_step_overhead_s, forwards[:, 0]),
+        ttft_parts=TtftParts(waiting_s=waiting[:, 0].copy(), prefill_s=prompt_steps[:, 0],
+                             queueing_s=np.broadcast_to(bursts, first.shape)[:, 0].copy(),
+                             first_decode_s=first[:, 0]))

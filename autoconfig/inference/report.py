@@ -190,18 +190,34 @@ PART_LABELS = {"gemm": "GEMMs", "attention": "attention", "tp_allreduce": "TP al
 """How ``tpot_line`` names each of ``autoconfig.inference.latency.TPOT_PARTS``."""
 
 
-def tpot_line(result: InferenceSearchResult) -> str:
-    """What the best layout's TPOT is made of, largest part first (the
-    ``tpot_<part>_ms`` columns), or '' where its TPOT is a simulated job's."""
-    if result.table.empty or "tpot_gemm_ms" not in result.table:
+TTFT_LABELS = {"waiting": "the steps under way", "prefill": "its prompt's steps",
+               "queueing": "queueing behind other prompts",
+               "first_decode": "the decode step that samples it"}
+"""How ``ttft_line`` names each of ``autoconfig.inference.latency.TTFT_PARTS``."""
+
+
+def _parts_line(result: InferenceSearchResult, metric: str, labels: dict) -> str:
+    """What the best layout's ``metric`` (tpot or ttft) is made of, largest part
+    first (its ``<metric>_<part>_ms`` columns), or '' where it is a simulated job's."""
+    names = [f"{metric}_{name}_ms" for name in labels]
+    if result.table.empty or not all(n in result.table for n in names):
         return ""
     best = result.table.iloc[0]
-    parts = [(float(best[f"tpot_{name}_ms"]), label) for name, label in PART_LABELS.items()]
+    parts = [(float(best[n]), label) for n, label in zip(names, labels.values())]
     if any(math.isnan(ms) for ms, _ in parts):
         return ""
+    total = float(best[f"{metric}_ms"])
     shown = ", ".join(f"{label} {ms:.3g}" for ms, label in sorted(parts, reverse=True)
-                      if ms >= 0.0005 * float(best.tpot_ms))
-    return f"TPOT of #1, {float(best.tpot_ms):.4g} ms: {shown}"
+                      if ms >= 0.0005 * total)
+    return f"{metric.upper()} of #1, {total:.4g} ms: {shown}"
+
+
+def tpot_line(result: InferenceSearchResult) -> str:
+    return _parts_line(result, "tpot", PART_LABELS)
+
+
+def ttft_line(result: InferenceSearchResult) -> str:
+    return _parts_line(result, "ttft", TTFT_LABELS)
 
 
 def notes(result: InferenceSearchResult) -> list[str]:
@@ -249,7 +265,7 @@ def rejection_lines(result: InferenceSearchResult) -> list[str]:
 
 
 def render(result: InferenceSearchResult, top: int) -> str:
-    lines = [line for line in (tpot_line(result), *notes(result)) if line]
+    lines = [line for line in (ttft_line(result), tpot_line(result), *notes(result)) if line]
     return "\n".join([headline(result), "",
                       tabulate(top_rows(result, top), headers=top_headers(result)), ""]
                      + ([*lines, ""] if lines else []) + rejection_lines(result))
@@ -297,7 +313,8 @@ def to_json(result: InferenceSearchResult, top: int | None = None) -> dict:
 
 
 def markdown(result: InferenceSearchResult, top: int) -> str:
-    warnings = [line for line in (tpot_line(result), *notes(result)) if line]
+    warnings = [line for line in (ttft_line(result), tpot_line(result), *notes(result))
+                if line]
     front = result.table[result.table["pareto"]].sort_values("latency_ms")
     front_rows = [(r.tp, r.pp, r.batch, r.replicas, f"{r.latency_ms:.5g}",
                    f"{r.tokens_per_s_per_gpu:.4g}") for r in front.itertuples(index=False)]

@@ -41,7 +41,8 @@ from autoconfig.inference.dispatch import DEFAULT_DISPATCH, check_dispatch_used
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.job import PERCENTILES, Job
 from autoconfig.inference.lengths import LENGTH_DISTS, check_length_law
-from autoconfig.inference.latency import MODES, TPOT_PARTS, TpotParts, latency
+from autoconfig.inference.latency import (MODES, TPOT_PARTS, TTFT_PARTS, TpotParts,
+                                          TtftParts, latency)
 from autoconfig.inference.memory import (fits, kv_tokens_per_request, memory_per_gpu,
                                          pool_tokens)
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
@@ -290,9 +291,17 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
         "decode_microbatches": lat.decode_microbatches.astype(int),
         "fits": fit,
         **tpot_part_columns(lat.tpot_parts, len(plans)),
+        **ttft_part_columns(lat.ttft_parts, len(plans)),
         POOL_REQUESTS: (np.full(len(plans), np.nan) if pool is None
                         else np.floor(np.maximum(pool, 0.0) / kv_tokens)),
     })
+
+
+def ttft_part_columns(parts: TtftParts | None, rows: int) -> dict:
+    """``ttft_<part>_ms`` columns (``TTFT_PARTS``), as ``tpot_part_columns``."""
+    return {f"ttft_{name}_ms": (np.full(rows, np.nan) if parts is None
+                                else getattr(parts, f"{name}_s") * 1e3)
+            for name in TTFT_PARTS}
 
 
 def tpot_part_columns(parts: TpotParts | None, rows: int) -> dict:
@@ -520,7 +529,8 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
                    "requests_per_s_per_replica", "fits", *jobs.PERCENTILE_COLUMNS):
         table[column] = runs[column].to_numpy()
     table["tokens_per_s_per_user"] = 1e3 / table["tpot_ms"]
-    table = table.assign(**tpot_part_columns(None, len(table)))   # a job's TPOT is simulated
+    table = table.assign(**tpot_part_columns(None, len(table)),   # a job's times are simulated
+                         **ttft_part_columns(None, len(table)))
     for unit in ("tokens", "requests"):
         per_replica = table[f"{unit}_per_s_per_replica"]
         table[f"{unit}_per_s_per_gpu"] = per_replica / gpus
