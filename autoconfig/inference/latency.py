@@ -156,7 +156,7 @@ waits for the decode run or the forward under way, in proportion to the time
 each takes, rather than for ``k / 2`` mean steps.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -226,12 +226,8 @@ class StepLoad:
 
 
 @dataclass(frozen=True)
-class StageParts:
-    """One engine step of one pipeline stage by what takes its time (seconds,
-    arrays broadcast like the load): the terms of ``stage_seconds``. The GPU runs
-    them one after another; ``seconds`` is the step, the larger of that sum and
-    the host's launches, so ``host_launch_s`` is what the host adds where it
-    cannot keep up."""
+class StepTerms:
+    """The GPU's terms of an engine step (seconds, arrays), run one after another."""
 
     gemm_s: np.ndarray
     """Weight and logits GEMMs (compute or weight stream, whichever binds)."""
@@ -242,13 +238,23 @@ class StageParts:
     expert_dispatch_s: np.ndarray
     small_kernels_s: np.ndarray
     """Kernel floors, norms and activations, unfused attention's score traffic."""
+
+    def gpu_s(self) -> np.ndarray:
+        return sum(getattr(self, f.name) for f in fields(StepTerms))
+
+
+@dataclass(frozen=True)
+class StageParts(StepTerms):
+    """One engine step of one pipeline stage by term (arrays broadcast like the
+    load): the terms of ``stage_seconds``. ``seconds`` is the step, the larger of
+    the GPU's terms and the host's launches, so ``host_launch_s`` is what the
+    host adds where it cannot keep up."""
+
     seconds: np.ndarray
 
     @property
     def host_launch_s(self) -> np.ndarray:
-        gpu = (self.gemm_s + self.attention_s + self.tp_allreduce_s + self.pipeline_send_s
-               + self.expert_dispatch_s + self.small_kernels_s)
-        return np.maximum(self.seconds - gpu, 0.0)
+        return np.maximum(self.seconds - self.gpu_s(), 0.0)
 
 
 TPOT_PARTS = ("gemm", "attention", "tp_allreduce", "pipeline_send", "expert_dispatch",
@@ -258,18 +264,12 @@ TPOT_PARTS = ("gemm", "attention", "tp_allreduce", "pipeline_send", "expert_disp
 
 
 @dataclass(frozen=True)
-class TpotParts:
+class TpotParts(StepTerms):
     """Each plan's TPOT by part (seconds, one entry per plan), summing to it: the
     decode step's ``StageParts`` times the stage passes a token takes, the engine's
     host time a step, and, where prompts run as forwards of their own, their share
     of a token's time."""
 
-    gemm_s: np.ndarray
-    attention_s: np.ndarray
-    tp_allreduce_s: np.ndarray
-    pipeline_send_s: np.ndarray
-    expert_dispatch_s: np.ndarray
-    small_kernels_s: np.ndarray
     host_launch_s: np.ndarray
     engine_overhead_s: np.ndarray
     prefill_forwards_s: np.ndarray
@@ -303,16 +303,12 @@ def _tpot_parts(parts: StageParts, passes, pick, overhead, prefill_forwards) -> 
     def per_plan(x):
         return pick(np.broadcast_to(passes * x, np.shape(parts.seconds)))
     rows = np.shape(pick(np.asarray(parts.seconds)))
-    return TpotParts(
-        gemm_s=per_plan(parts.gemm_s), attention_s=per_plan(parts.attention_s),
-        tp_allreduce_s=per_plan(parts.tp_allreduce_s),
-        pipeline_send_s=per_plan(parts.pipeline_send_s),
-        expert_dispatch_s=per_plan(parts.expert_dispatch_s),
-        small_kernels_s=per_plan(parts.small_kernels_s),
-        host_launch_s=per_plan(parts.host_launch_s),
-        engine_overhead_s=np.broadcast_to(np.asarray(overhead, dtype=float), rows).copy(),
-        prefill_forwards_s=np.broadcast_to(np.asarray(prefill_forwards, dtype=float),
-                                           rows).copy())
+
+    def each(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), rows).copy()
+    return TpotParts(**{f.name: per_plan(getattr(parts, f.name)) for f in fields(StepTerms)},
+                     host_launch_s=per_plan(parts.host_launch_s),
+                     engine_overhead_s=each(overhead), prefill_forwards_s=each(prefill_forwards))
 
 
 def attended_keys(model: ModelSpec, decode_context, prefill_context):
