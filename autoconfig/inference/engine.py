@@ -222,6 +222,11 @@ class Engine:
     attention_kernel: str
     decode_attention_hbm_efficiency: float
     """Fraction of HBM bandwidth the decode attention kernel reaches reading the KV cache."""
+    decode_attention_sm_gb_per_s: tuple[tuple[str, float], ...]
+    """(GPU generation, GB/s each SM sustains in that kernel): the bandwidth
+    measured on a GPU of that generation over its SMs; a generation without one
+    (the engine runs another kernel there, or none was measured) has no such
+    bound. ``decode_attention_bytes_per_s`` bounds the kernel by it times a GPU's SMs."""
     quantisations: tuple[str, ...]
     pipeline_parallel: bool
     pipeline_layers: str
@@ -321,6 +326,23 @@ class Engine:
         extra, per_expert, share = self.moe_kernels
         return self.kernels_for(model) + extra + per_expert * share * np.asarray(local_experts)
 
+    def decode_attention_bytes_per_s(self, gpu) -> float:
+        """Bytes/s the decode attention kernel reads the KV cache at on ``gpu``: its
+        share of the datasheet bandwidth (``decode_attention_hbm_efficiency``), and
+        on the generation it was measured on, no more than its measured per-SM rate
+        times the GPU's SMs. Such a kernel
+        streams at what its SMs keep in flight over the memory latency (Little's
+        law), not at the bus's peak: FlashAttention-3's paged decode on an H100
+        adds 1.9 TB/s at the margin from 2,000 to 4,000 cached tokens, 57% of the
+        3.35 TB/s datasheet, so an H200, the same 132 SMs with 4.8 TB/s of HBM3e,
+        is held near that rate rather than given 43% more; a Hopper H20 (78 SMs)
+        reaches less. Our own H100 and H200 measurements of decode-sized GEMMs
+        (``benchmarks/gpu/graph_gemm.csv``, M <= 64) run 1.11-1.17x faster on the
+        H200 on average, not the 1.43x of its bandwidth."""
+        share = gpu.hbm_bandwidth_gb_per_s * 1e9 * self.decode_attention_hbm_efficiency
+        per_sm = dict(self.decode_attention_sm_gb_per_s).get(gpu.generation)
+        return share if per_sm is None else min(share, per_sm * 1e9 * gpu.sm_count)
+
     def splits_layers(self, num_layers: int, pp: int) -> bool:
         """Whether the engine runs ``num_layers`` layers over ``pp`` pipeline
         stages (``pipeline_layers``)."""
@@ -404,6 +426,15 @@ def _value(data: dict, key: str, path: Path, sources: dict, kinds: tuple, option
         raise CatalogError(f"{path}: field {key!r} value {value!r} must be "
                            f"{' or '.join(k.__name__ for k in kinds)}")
     return value
+
+
+def _per_generation(raw: dict, key: str, path: Path) -> tuple[tuple[str, float], ...]:
+    """A mapping of GPU generation to a positive finite number, as sorted pairs."""
+    if any(not isinstance(g, str) or isinstance(v, bool) or not isinstance(v, (int, float))
+           or not 0 < v < float("inf") for g, v in raw.items()):
+        raise CatalogError(f"{path}: field {key!r} needs a mapping of GPU generation to a "
+                           "positive number (empty where none applies)")
+    return tuple(sorted((g, float(v)) for g, v in raw.items()))
 
 
 def _choice(value, allowed: tuple, key: str, path: Path) -> str:
@@ -509,6 +540,9 @@ def _load(path_text: str) -> Engine:
         attention_kernel=str(_value(data, "attention_kernel", path, src, (str,))),
         decode_attention_hbm_efficiency=float(
             _value(data, "decode_attention_hbm_efficiency", path, src, num)),
+        decode_attention_sm_gb_per_s=_per_generation(
+            _value(data, "decode_attention_sm_gb_per_s", path, src, (dict,)),
+            "decode_attention_sm_gb_per_s", path),
         quantisations=tuple(str(q) for q in quant),
         pipeline_parallel=bool(_value(data, "pipeline_parallel", path, src, (bool,))),
         pipeline_layers=_choice(_value(data, "pipeline_layers", path, src, (str,)),

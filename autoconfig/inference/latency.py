@@ -41,7 +41,9 @@ Kernels run one after another, each bound by its own compute or memory traffic
 - attention kernels: the prompt tokens' attention core ``2 * context * a *
   (d_qk + d_v) / tp`` per token and layer (QK^T and AV) at the large-GEMM efficiency, plus the
   decode attention, bound by reading each sequence's KV cache (``n_d * c_d``
-  tokens of K and V) at the engine's ``decode_attention_hbm_efficiency``:
+  tokens of K and V) at the engine's ``decode_attention_hbm_efficiency``, and no
+  faster than its measured rate per SM allows on the GPU's SMs
+  (``Engine.decode_attention_bytes_per_s``):
   paged or masked decode kernels stream it well below the copy bandwidth, and
   at large batch and long context this read is a cost beside the compute-bound
   GEMMs, not hidden under them; its compute side is the decode form of the
@@ -435,7 +437,7 @@ def stage_parts(model: ModelSpec, workload: InferenceWorkload, plans: InferenceP
             if fp8_prompt_attention(engine, workload.precision, gpu.generation) else 1.0)
     attention = prefill_attention / (eff * peak * fmha) + np.maximum(
         decode_attention / (eff * peak),
-        kv_read / (hbm * engine.decode_attention_hbm_efficiency))
+        kv_read / engine.decode_attention_bytes_per_s(gpu))
 
     message = tokens * model.hidden_size * ACTIVATION_BYTES
     nv = gpu.nvlink_bandwidth_gb_per_s * 1e9 * c.comm_bandwidth_efficiency
