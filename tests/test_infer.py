@@ -519,3 +519,9 @@ def test_infer_reports_what_the_best_ttft_and_tpot_are_made_of(capsys, tmp_path)
     code, out, err = run_cli(args + ["--num-requests", "20", "-o", str(tmp_path / "c")], capsys)
     assert code == 0, err
     assert "TPOT of #1" not in out and "TTFT of #1" not in out
+
+
+def test_the_report_names_every_part() -> None:
+    from autoconfig.inference.latency import TPOT_PARTS, TTFT_PARTS
+    assert tuple(report.TPOT_LABELS) == TPOT_PARTS
+    assert tuple(report.TTFT_LABELS) == TTFT_PARTS

@@ -183,7 +183,7 @@ def graph_line(result: InferenceSearchResult) -> str:
             "graph batch (--cuda-graph-max-batch) holds more memory for graphs")
 
 
-PART_LABELS = {"gemm": "GEMMs", "attention": "attention", "tp_allreduce": "TP all-reduce",
+TPOT_LABELS = {"gemm": "GEMMs", "attention": "attention", "tp_allreduce": "TP all-reduce",
                "pipeline_send": "pipeline sends", "expert_dispatch": "expert dispatch",
                "small_kernels": "small kernels", "host_launch": "host launches",
                "engine_overhead": "engine host time", "prefill_forwards": "prompt forwards"}
@@ -213,7 +213,7 @@ def _parts_line(result: InferenceSearchResult, metric: str, labels: dict) -> str
 
 
 def tpot_line(result: InferenceSearchResult) -> str:
-    return _parts_line(result, "tpot", PART_LABELS)
+    return _parts_line(result, "tpot", TPOT_LABELS)
 
 
 def ttft_line(result: InferenceSearchResult) -> str:

@@ -41,8 +41,7 @@ from autoconfig.inference.dispatch import DEFAULT_DISPATCH, check_dispatch_used
 from autoconfig.inference.engine import Engine, get_engine
 from autoconfig.inference.job import PERCENTILES, Job
 from autoconfig.inference.lengths import LENGTH_DISTS, check_length_law
-from autoconfig.inference.latency import (MODES, TPOT_PARTS, TTFT_PARTS, TpotParts,
-                                          TtftParts, latency)
+from autoconfig.inference.latency import MODES, TPOT_PARTS, TTFT_PARTS, latency
 from autoconfig.inference.memory import (fits, kv_tokens_per_request, memory_per_gpu,
                                          pool_tokens)
 from autoconfig.inference.plan import InferencePlan, InferencePlanTable, InferenceWorkload
@@ -290,27 +289,20 @@ def predict(model: ModelSpec, workload: InferenceWorkload, plans: InferencePlanT
         "prefill_microbatches": lat.prefill_microbatches.astype(int),
         "decode_microbatches": lat.decode_microbatches.astype(int),
         "fits": fit,
-        **tpot_part_columns(lat.tpot_parts, len(plans)),
-        **ttft_part_columns(lat.ttft_parts, len(plans)),
+        **part_columns("tpot", TPOT_PARTS, lat.tpot_parts, len(plans)),
+        **part_columns("ttft", TTFT_PARTS, lat.ttft_parts, len(plans)),
         POOL_REQUESTS: (np.full(len(plans), np.nan) if pool is None
                         else np.floor(np.maximum(pool, 0.0) / kv_tokens)),
     })
 
 
-def ttft_part_columns(parts: TtftParts | None, rows: int) -> dict:
-    """``ttft_<part>_ms`` columns (``TTFT_PARTS``), as ``tpot_part_columns``."""
-    return {f"ttft_{name}_ms": (np.full(rows, np.nan) if parts is None
-                                else getattr(parts, f"{name}_s") * 1e3)
-            for name in TTFT_PARTS}
-
-
-def tpot_part_columns(parts: TpotParts | None, rows: int) -> dict:
-    """``tpot_<part>_ms`` columns of each of ``rows`` plans' TPOT by part
-    (``TPOT_PARTS``); NaN where no analytic TPOT stands behind the rows
-    (``parts`` None: a simulated job's)."""
-    return {f"tpot_{name}_ms": (np.full(rows, np.nan) if parts is None
-                                else getattr(parts, f"{name}_s") * 1e3)
-            for name in TPOT_PARTS}
+def part_columns(metric: str, names: tuple, parts, rows: int) -> dict:
+    """``<metric>_<part>_ms`` columns of each of ``rows`` plans' ``metric`` by part
+    (``names``: ``TPOT_PARTS``, ``TTFT_PARTS``); NaN where no analytic value
+    stands behind the rows (``parts`` None: a simulated job's)."""
+    return {f"{metric}_{name}_ms": (np.full(rows, np.nan) if parts is None
+                                    else getattr(parts, f"{name}_s") * 1e3)
+            for name in names}
 
 
 POOL_REQUESTS = "_kv_pool_requests"
@@ -529,8 +521,8 @@ def _with_job(table: pd.DataFrame, model, workload, plans, cluster, constants, e
                    "requests_per_s_per_replica", "fits", *jobs.PERCENTILE_COLUMNS):
         table[column] = runs[column].to_numpy()
     table["tokens_per_s_per_user"] = 1e3 / table["tpot_ms"]
-    table = table.assign(**tpot_part_columns(None, len(table)),   # a job's times are simulated
-                         **ttft_part_columns(None, len(table)))
+    table = table.assign(**part_columns("tpot", TPOT_PARTS, None, len(table)),  # simulated
+                         **part_columns("ttft", TTFT_PARTS, None, len(table)))
     for unit in ("tokens", "requests"):
         per_replica = table[f"{unit}_per_s_per_replica"]
         table[f"{unit}_per_s_per_gpu"] = per_replica / gpus
