@@ -184,7 +184,9 @@ def _cluster(gpu_name: str | None, gpus: int | None, nodes: int | None,
               help="Tensor-parallel sizes to try, e.g. 8 or 8,16 (default auto; TP across "
                    "nodes where the engine runs it).")
 @click.option("--pp", type=IntListOrAuto, default=None,
-              help="Pipeline-parallel sizes (default auto: divisors of the layers).")
+              help="Pipeline-parallel sizes (default auto: divisors of the layers, and the "
+                   "powers of two where the engine deals layers unevenly: pipeline_layers "
+                   "in its file).")
 @click.option("--ep", type=IntListOrAuto, default=None,
               help="Expert-parallel sizes of MoE models (default auto: 1 and each multiple "
                    "of TP that divides the experts and a stage's GPUs); 1 keeps every expert "
