@@ -259,12 +259,6 @@ class StageParts(StepTerms):
         return np.maximum(self.seconds - self.gpu_s(), 0.0)
 
 
-TPOT_PARTS = ("gemm", "attention", "tp_allreduce", "pipeline_send", "expert_dispatch",
-              "small_kernels", "host_launch", "engine_overhead", "prefill_forwards")
-"""What a token's time (TPOT) is made of, in the order reports list it; each
-``TpotParts`` field is one with ``_s`` appended."""
-
-
 @dataclass(frozen=True)
 class TpotParts(StepTerms):
     """Each plan's TPOT by part (seconds, one entry per plan), summing to it: the
@@ -277,9 +271,13 @@ class TpotParts(StepTerms):
     prefill_forwards_s: np.ndarray
 
 
-TTFT_PARTS = ("waiting", "prefill", "queueing", "first_decode")
-"""What the time to a request's first token is made of, in report order; each
-``TtftParts`` field is one with ``_s`` appended."""
+def _part_names(parts: type) -> tuple[str, ...]:
+    """A parts dataclass's fields without their ``_s``, in declaration order."""
+    return tuple(f.name.removesuffix("_s") for f in fields(parts))
+
+
+TPOT_PARTS = _part_names(TpotParts)
+"""What a token's time (TPOT) is made of, in the order reports list it."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +295,10 @@ class TtftParts:
     first_decode_s: np.ndarray
     """The decode step that samples the first token, where the engine's prefill
     stops a token short (``Engine.prefill_samples_first_token`` false)."""
+
+
+TTFT_PARTS = _part_names(TtftParts)
+"""What the time to a request's first token is made of, in report order."""
 
 
 def _tpot_parts(parts: StageParts, passes, pick, overhead, prefill_forwards) -> TpotParts:
